@@ -1,0 +1,56 @@
+# The two commands of the README: `make run` and `make test`. Everything they need is
+# installed here, so a fresh machine (or CI) needs nothing but Python 3.11+ and apt.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT     := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
+ARGS    ?=
+
+.PHONY: run test lint typecheck unit system-deps bench env clean
+
+$(VENV)/.run-deps: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.test-deps: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.run-deps
+
+## make run: create the virtual environment, install, start the proxy on 127.0.0.1:11435
+run: $(VENV)/.run-deps
+	$(VENV)/bin/ollama-tap serve $(ARGS)
+
+## system-deps: Debian packages the suite uses (promtool and prometheus for the rule and
+## dashboard tests); installed only when missing.
+system-deps:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+	  $(APT) update -qq && $(APT) install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+lint: $(VENV)/.test-deps
+	$(VENV)/bin/ruff check proxy tests bench grafana
+	$(VENV)/bin/ruff format --check proxy tests bench grafana
+
+typecheck: $(VENV)/.test-deps
+	$(VENV)/bin/mypy
+
+unit: $(VENV)/.test-deps system-deps
+	$(VENV)/bin/pytest $(ARGS)
+
+## make test: install everything the tests need, then lint, type-check and run the suite
+test: lint typecheck unit
+
+## make bench: the overhead benchmark (direct vs nginx vs ollama-tap), prints ratios
+bench: $(VENV)/.test-deps
+	$(PY) bench/overhead.py $(ARGS)
+
+## make env: the .env the compose stack reads (a fresh admin token)
+env:
+	@test -f deploy/.env || printf 'OLLAMA_TAP_ADMIN_TOKEN=%s\n' "$$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')" > deploy/.env
+	@echo "deploy/.env ready"
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,317 @@
+"""What the proxy costs: direct vs nginx vs ollama-tap, side by side, rounds interleaved.
+
+Three processes do the work: a minimal Ollama-shaped streaming upstream (NDJSON lines, as
+cheap as it can be so it does not skew the others), the relay under test (nothing, nginx
+with `proxy_buffering off`, or `ollama-tap serve`), and this load generator. For each
+workload the script runs the same streams against each target in turn, several rounds, and
+reports client-seen time to first token (TTFT) and the relay's CPU time per relayed chunk
+(user+system of its processes, read from /proc), with ratios against nginx.
+
+    python bench/overhead.py                 # all workloads, 3 rounds
+    python bench/overhead.py --rounds 5 --json results.json
+    python bench/overhead.py --tap-env OLLAMA_TAP_RECORD=off   # e.g. recorder off
+
+nginx comes from Debian (`apt-get install nginx`); it is installed when absent and we are
+root, otherwise its column is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+TICK = os.sysconf("SC_CLK_TCK")
+
+UPSTREAM_CODE = r'''
+import asyncio, sys, time
+from aiohttp import web
+
+async def generate(request):
+    body = await request.json()
+    n = int(body.get("n", 500)); delay = float(body.get("delay", 0))
+    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+    await resp.prepare(request)
+    for i in range(n):
+        await resp.write(b'{"model":"bench","created_at":"2026-01-01T00:00:00.000000Z","response":" tok","done":false}\n')
+        if delay:
+            await asyncio.sleep(delay)
+    await resp.write(b'{"model":"bench","created_at":"2026-01-01T00:00:01.000000Z","response":"","done":true,"done_reason":"stop","total_duration":1000000,"load_duration":1000,"prompt_eval_count":10,"prompt_eval_duration":1000,"eval_count":%d,"eval_duration":900000}\n' % n)
+    return resp
+
+async def root(request):
+    return web.Response(text="Ollama is running")
+
+app = web.Application()
+app.router.add_post("/api/generate", generate)
+app.router.add_get("/", root)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+'''
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    upstream ollama {{ server 127.0.0.1:{up}; keepalive 128; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://ollama;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host localhost:11434;
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 3600s;
+        }}
+    }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICK
+
+
+def rss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total / 1024
+
+
+def children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@dataclass
+class Target:
+    name: str
+    url: str
+    pids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Workload:
+    name: str
+    streams: int
+    tokens: int
+    delay: float
+
+
+WORKLOADS = [
+    Workload("burst (500 tokens asap, 8 at once)", 8, 500, 0.0),
+    Workload("paced (5 ms/token, 64 at once)", 64, 200, 0.005),
+    Workload("light (5 ms/token, 8 at once)", 8, 100, 0.005),
+]
+
+
+async def wait_up(url: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        for _ in range(200):
+            try:
+                async with s.get(url + "/") as r:
+                    if r.status < 500:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+async def one_stream(
+    session: aiohttp.ClientSession, url: str, w: Workload
+) -> tuple[float, int]:
+    start = time.perf_counter()
+    ttft = -1.0
+    lines = 0
+    async with session.post(
+        url + "/api/generate", json={"model": "bench", "n": w.tokens, "delay": w.delay}
+    ) as resp:
+        async for _ in resp.content:
+            if ttft < 0:
+                ttft = time.perf_counter() - start
+            lines += 1
+    return ttft, lines
+
+
+async def run_round(target: Target, w: Workload) -> tuple[list[float], int, float]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await one_stream(session, target.url, Workload("warm", 1, 5, 0))
+        before = cpu_seconds(target.pids)
+        results = await asyncio.gather(*(one_stream(session, target.url, w) for _ in range(w.streams)))
+        cpu = cpu_seconds(target.pids) - before
+    ttfts = [r[0] for r in results]
+    chunks = sum(r[1] for r in results)
+    return ttfts, chunks, cpu
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def start_nginx(up_port: int, tmp: Path) -> tuple[subprocess.Popen[bytes], Target] | None:
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(nginx).exists() and os.geteuid() == 0:
+        subprocess.run(
+            "apt-get install -y -qq nginx-light || apt-get install -y -qq nginx",
+            shell=True, check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+    if not Path(nginx).exists():
+        print("nginx not available; its column is skipped", file=sys.stderr)
+        return None
+    port = free_port()
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=tmp, up=up_port, port=port))
+    proc = subprocess.Popen([nginx, "-c", str(conf), "-p", str(tmp)], stderr=subprocess.DEVNULL)
+    return proc, Target("nginx", f"http://127.0.0.1:{port}", [proc.pid])
+
+
+def start_tap(up_port: int, tmp: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Target]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "OLLAMA_TAP_ADMIN_TOKEN": "bench",
+        "OLLAMA_TAP_DB": str(tmp / "bench.db"),
+        "OLLAMA_TAP_LOG_LEVEL": "warning",
+        **extra_env,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "proxy", "serve", "--port", str(port),
+         "--upstream", f"http://127.0.0.1:{up_port}"],
+        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return proc, Target("ollama-tap", f"http://127.0.0.1:{port}", [proc.pid])
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    parser.add_argument("--tap-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment for ollama-tap (repeatable), e.g. OLLAMA_TAP_RECORD=off")
+    parser.add_argument("--no-nginx", action="store_true")
+    args = parser.parse_args()
+    tap_env = dict(item.split("=", 1) for item in args.tap_env)
+
+    tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-bench-"))
+    up_port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM_CODE, str(up_port)])
+    procs.append(upstream)
+    targets = [Target("direct", f"http://127.0.0.1:{up_port}")]
+    try:
+        await wait_up(targets[0].url)
+        if not args.no_nginx and (started := start_nginx(up_port, tmp)):
+            procs.append(started[0])
+            targets.append(started[1])
+        proc, tap = start_tap(up_port, tmp, tap_env)
+        procs.append(proc)
+        targets.append(tap)
+        for t in targets[1:]:
+            await wait_up(t.url)
+            t.pids += children(t.pids[0])
+        t0 = time.perf_counter()
+        await wait_up(tap.url)
+        report = await measure(targets, args.rounds)
+        report["tap_rss_mb"] = rss_mb(tap.pids)
+        report["tap_env"] = tap_env
+        print_report(report)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2))
+        del t0
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+async def measure(targets: list[Target], rounds: int) -> dict[str, object]:
+    out: dict[str, object] = {"workloads": []}
+    for w in WORKLOADS:
+        ttfts: dict[str, list[float]] = {t.name: [] for t in targets}
+        cpu: dict[str, float] = {t.name: 0.0 for t in targets}
+        chunks: dict[str, int] = {t.name: 0 for t in targets}
+        for _ in range(rounds):
+            for t in targets:  # interleaved, so drift hits every target alike
+                tt, n, c = await run_round(t, w)
+                ttfts[t.name] += tt
+                chunks[t.name] += n
+                cpu[t.name] += c
+        row: dict[str, object] = {"workload": w.name, "targets": {}}
+        for t in targets:
+            row["targets"][t.name] = {  # type: ignore[index]
+                "ttft_p50_ms": pct(ttfts[t.name], 0.5) * 1000,
+                "ttft_p99_ms": pct(ttfts[t.name], 0.99) * 1000,
+                "cpu_us_per_chunk": cpu[t.name] / max(chunks[t.name], 1) * 1e6 if t.pids else None,
+                "chunks": chunks[t.name],
+            }
+        out["workloads"].append(row)  # type: ignore[attr-defined]
+    return out
+
+
+def print_report(report: dict[str, object]) -> None:
+    for row in report["workloads"]:  # type: ignore[attr-defined]
+        print(f"\n{row['workload']}")
+        data = row["targets"]
+        direct = data["direct"]
+        print(f"  {'target':<11} {'TTFT p50':>9} {'p99':>8} {'+p50':>7} {'+p99':>7} {'CPU µs/chunk':>13} {'× nginx':>8}")
+        nginx_cpu = data.get("nginx", {}).get("cpu_us_per_chunk")
+        for name, d in data.items():
+            added50 = d["ttft_p50_ms"] - direct["ttft_p50_ms"]
+            added99 = d["ttft_p99_ms"] - direct["ttft_p99_ms"]
+            cpu = d["cpu_us_per_chunk"]
+            ratio = f"{cpu / nginx_cpu:.2f}" if cpu and nginx_cpu else "-"
+            cpu_text = f"{cpu:.1f}" if cpu is not None else "-"
+            print(f"  {name:<11} {d['ttft_p50_ms']:>7.2f}ms {d['ttft_p99_ms']:>6.2f}ms {added50:>+7.2f} {added99:>+7.2f} {cpu_text:>13} {ratio:>8}")
+    print(f"\nollama-tap RSS after the run: {report['tap_rss_mb']:.0f} MB")
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,745 @@
+"""Builds the ollama-tap Grafana dashboard; run it to rewrite dashboards/ollama-tap.json.
+
+The committed JSON is this script's output (a test checks so): edit here, then run
+`.venv/bin/python grafana/build_dashboard.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "dashboards" / "ollama-tap.json"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+RATE = "$__rate_interval"
+TOK_S = "suffix: tok/s"
+NEWER_OLLAMA = (
+    " Needs an Ollama that reports prompt_eval_cached_count (releases with PR #17943);"
+    " older ones leave it empty."
+)
+
+# -- PromQL ---------------------------------------------------------------------------------
+
+
+def sel(*, model: bool = True, endpoint: bool = True, extra: str = "") -> str:
+    """The label selector every query starts from: always the job and instance variables."""
+    parts = ['job=~"$job"', 'instance=~"$instance"']
+    if model:
+        parts.append('model=~"$model"')
+    if endpoint:
+        parts.append('endpoint=~"$endpoint"')
+    if extra:
+        parts.append(extra)
+    return "{" + ", ".join(parts) + "}"
+
+
+def rate(metric: str, by: str, s: str) -> str:
+    return f"sum by ({by}) (rate({metric}{s}[{RATE}]))"
+
+
+def increase(metric: str, by: str, s: str) -> str:
+    return f"sum by ({by}) (increase({metric}{s}[{RATE}]))"
+
+
+def quantile(q: float, hist: str, by: str, s: str) -> str:
+    return f"histogram_quantile({q}, {rate(hist + '_bucket', 'le, ' + by, s)})"
+
+
+def mean(hist: str, s: str) -> str:
+    return f"{rate(hist + '_sum', 'model', s)} / {rate(hist + '_count', 'model', s)}"
+
+
+def rate_pair(tokens: str, seconds: str, by: str, s: str) -> str:
+    """Tokens per second of all replies together: the rate of one counter over the other."""
+    return f"{rate(tokens, by, s)} / {rate(seconds, by, s)}"
+
+
+def share_above(le: str, hist: str, s: str) -> str:
+    """Share of observations above a bucket bound (le may be a regex: 1 prints as "1.0")."""
+    bucket = s[:-1] + f', le=~"{le}"}}'
+    return f"1 - {rate(hist + '_bucket', 'model', bucket)} / {rate(hist + '_count', 'model', s)}"
+
+
+# -- panels ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    table: bool = False
+
+
+@dataclass
+class Panel:
+    title: str
+    description: str
+    unit: str
+    targets: list[Target]
+    kind: str = "timeseries"
+    width: int = 8
+    height: int = 8
+    options: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    overrides: list[dict[str, Any]] = field(default_factory=list)
+    transformations: list[dict[str, Any]] = field(default_factory=list)
+
+
+def quantiles(hist: str, s: str, by: str = "model") -> list[Target]:
+    return [
+        Target(quantile(q, hist, by, s), f"p{round(q * 100)} {{{{{by}}}}}")
+        for q in (0.5, 0.95, 0.99)
+    ]
+
+
+def phase(title: str, hist: str, what: str) -> Panel:
+    s = sel()
+    return Panel(
+        title,
+        f"Median and 95th percentile of {what} per model, from Ollama's own timings "
+        "(native routes only).",
+        "s",
+        [
+            Target(quantile(q, hist, "model", s), f"p{round(q * 100)} {{{{model}}}}")
+            for q in (0.5, 0.95)
+        ],
+        width=6,
+    )
+
+
+def up_mapping() -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "value",
+            "options": {
+                "0": {"text": "down", "color": "red", "index": 0},
+                "1": {"text": "up", "color": "green", "index": 1},
+            },
+        }
+    ]
+
+
+def red_above(value: float) -> dict[str, Any]:
+    return {
+        "mode": "absolute",
+        "steps": [{"color": "green", "value": None}, {"color": "red", "value": value}],
+    }
+
+
+STAT = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
+
+
+def overview() -> list[Panel]:
+    s = sel()
+    poller = sel(model=False, endpoint=False)
+    return [
+        Panel(
+            "Request rate",
+            "Requests per second through the proxy, by route, counted when each exchange ends.",
+            "reqps",
+            [Target(rate("ollama_tap_requests_total", "endpoint", s), "{{endpoint}}")],
+        ),
+        Panel(
+            "Errors by kind",
+            "Exchanges per second that did not end ok, by outcome (upstream_error is any "
+            "status >= 400; client_disconnected is the client going away).",
+            "reqps",
+            [Target(rate("ollama_tap_request_errors_total", "kind", s), "{{kind}}")],
+        ),
+        Panel(
+            "Requests by status",
+            "Requests per second by HTTP status as the client saw it (503 means Ollama's "
+            "queue was full: server busy).",
+            "reqps",
+            [Target(rate("ollama_tap_requests_total", "status", s), "{{status}}")],
+        ),
+        Panel(
+            "In flight",
+            "Requests currently between arrival and their last byte, by route.",
+            "short",
+            [Target(f"sum by (endpoint) (ollama_tap_requests_in_flight{s})", "{{endpoint}}")],
+            width=12,
+        ),
+        Panel(
+            "Ollama up",
+            "Whether the proxy's poller reached Ollama at its last poll.",
+            "none",
+            [Target(f"min(ollama_tap_upstream_up{poller})")],
+            kind="stat",
+            width=6,
+            options=STAT,
+            defaults={
+                "mappings": up_mapping(),
+                "color": {"mode": "thresholds"},
+                "thresholds": {
+                    "mode": "absolute",
+                    "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
+                },
+            },
+        ),
+        Panel(
+            "Ollama version",
+            "The Ollama version the poller read from /api/version.",
+            "none",
+            [
+                Target(
+                    f"max by (version) (ollama_tap_upstream_info{poller})",
+                    "{{version}}",
+                )
+            ],
+            kind="stat",
+            width=6,
+            options={**STAT, "textMode": "name"},
+        ),
+    ]
+
+
+def latency() -> list[Panel]:
+    s = sel()
+    return [
+        Panel(
+            "Time to first token",
+            "p50/p95/p99 of the wait until the first output chunk (thinking included) reached "
+            "the client, streamed replies only.",
+            "s",
+            quantiles("ollama_tap_time_to_first_token_seconds", s),
+            width=12,
+        ),
+        Panel(
+            "Time to first content",
+            "p50/p95/p99 of the wait until the first non-thinking output reached the client: "
+            "what a user of a reasoning model waits for.",
+            "s",
+            quantiles("ollama_tap_time_to_first_content_seconds", s),
+            width=12,
+        ),
+        Panel(
+            "Request duration",
+            "p50/p95/p99 of the time from the request head to the last byte written, "
+            "inference routes.",
+            "s",
+            quantiles("ollama_tap_request_duration_seconds", s),
+            width=12,
+        ),
+        Panel(
+            "Inter-token latency",
+            "p50/p95/p99 of the gaps between successive output chunks as relayed to the client.",
+            "s",
+            quantiles("ollama_tap_inter_token_latency_seconds", s),
+            width=12,
+        ),
+    ]
+
+
+def phases() -> list[Panel]:
+    streamed = sel(extra='stream="true"')
+    return [
+        phase(
+            "Load",
+            "ollama_tap_load_duration_seconds",
+            "load_duration (body read, scheduler wait, model swap and load)",
+        ),
+        phase(
+            "Queue wait",
+            "ollama_tap_queue_wait_seconds",
+            "the wait for a parallel slot plus templating (total minus the other phases)",
+        ),
+        phase(
+            "Prefill",
+            "ollama_tap_prompt_eval_duration_seconds",
+            "prompt evaluation (prefill, including the first generated token)",
+        ),
+        phase("Decode", "ollama_tap_eval_duration_seconds", "decoding (eval_duration)"),
+        Panel(
+            "TTFT breakdown",
+            "Mean load, queue wait and prefill of streamed native replies stacked against the "
+            "mean client TTFT; the gap is network, HTTP and proxy overhead.",
+            "s",
+            [
+                Target(mean("ollama_tap_load_duration_seconds", streamed), "load {{model}}"),
+                Target(mean("ollama_tap_queue_wait_seconds", streamed), "queue {{model}}"),
+                Target(
+                    mean("ollama_tap_prompt_eval_duration_seconds", streamed), "prefill {{model}}"
+                ),
+                Target(
+                    mean("ollama_tap_time_to_first_token_seconds", sel()), "client TTFT {{model}}"
+                ),
+            ],
+            width=24,
+            defaults={
+                "custom": {
+                    "stacking": {"mode": "normal", "group": "A"},
+                    "drawStyle": "bars",
+                    "fillOpacity": 60,
+                }
+            },
+            overrides=[
+                {
+                    "matcher": {"id": "byRegexp", "options": "client TTFT.*"},
+                    "properties": [
+                        {"id": "custom.stacking", "value": {"mode": "none", "group": "B"}},
+                        {"id": "custom.drawStyle", "value": "line"},
+                    ],
+                }
+            ],
+        ),
+    ]
+
+
+def throughput() -> list[Panel]:
+    s = sel()
+    pair = sel(endpoint=False)
+    return [
+        Panel(
+            "Decode rate",
+            "Generated tokens per second of decoding per model: all eval_count over all "
+            "eval_duration, as ollama run --verbose computes it (thinking tokens included).",
+            TOK_S,
+            [
+                Target(
+                    rate_pair(
+                        "ollama_tap_decode_tokens_total",
+                        "ollama_tap_decode_seconds_total",
+                        "model",
+                        pair,
+                    ),
+                    "{{model}}",
+                )
+            ],
+        ),
+        Panel(
+            "Decode rate by context size",
+            "The decode rate per model and context-size bucket (ctx): longer contexts decode "
+            "slower, so the slowdown alert compares each bucket with its own baseline.",
+            TOK_S,
+            [
+                Target(
+                    rate_pair(
+                        "ollama_tap_decode_tokens_total",
+                        "ollama_tap_decode_seconds_total",
+                        "model, ctx",
+                        pair,
+                    ),
+                    "{{model}} {{ctx}}",
+                )
+            ],
+        ),
+        Panel(
+            "Decode rate, median request",
+            "Median of the per-request decode rate (replies with at least 2 tokens and 1 ms "
+            "of decoding), per model.",
+            TOK_S,
+            [Target(quantile(0.5, "ollama_tap_decode_tokens_per_second", "model", s), "{{model}}")],
+        ),
+        Panel(
+            "Prefill rate",
+            "Uncached prompt tokens evaluated per second per model (rate pair and per-request "
+            "median)." + NEWER_OLLAMA,
+            TOK_S,
+            [
+                Target(
+                    rate_pair(
+                        "ollama_tap_prefill_tokens_total",
+                        "ollama_tap_prefill_seconds_total",
+                        "model",
+                        pair,
+                    ),
+                    "{{model}}",
+                ),
+                Target(
+                    quantile(0.5, "ollama_tap_prefill_tokens_per_second", "model", s),
+                    "median {{model}}",
+                ),
+            ],
+        ),
+        Panel(
+            "Observed output rate",
+            "Median output events per second as the client received them, per model: the only "
+            "rate /v1 (OpenAI and Anthropic) traffic has.",
+            "suffix: events/s",
+            [Target(quantile(0.5, "ollama_tap_observed_output_rate", "model", s), "{{model}}")],
+        ),
+        Panel(
+            "Tokens in and out",
+            "Prompt tokens (and the cached part of them) and generated tokens per second, from "
+            "every route's own counts.",
+            TOK_S,
+            [
+                Target(rate("ollama_tap_prompt_tokens_total", "model", s), "in {{model}}"),
+                Target(
+                    rate("ollama_tap_prompt_cached_tokens_total", "model", s),
+                    "in, cached {{model}}",
+                ),
+                Target(rate("ollama_tap_generation_tokens_total", "model", s), "out {{model}}"),
+            ],
+        ),
+    ]
+
+
+def context() -> list[Panel]:
+    s = sel()
+    return [
+        Panel(
+            "Context utilization",
+            "p50/p95 of prompt plus output tokens over the runtime num_ctx per model; above "
+            "100 % Ollama shifted the context and silently dropped input.",
+            "percentunit",
+            [
+                Target(
+                    quantile(q, "ollama_tap_context_utilization_ratio", "model", s),
+                    f"p{round(q * 100)} {{{{model}}}}",
+                )
+                for q in (0.5, 0.95)
+            ],
+        ),
+        Panel(
+            "Context size",
+            "p50/p95 of prompt plus output tokens per native generate/chat reply, per model.",
+            "short",
+            [
+                Target(
+                    quantile(q, "ollama_tap_context_tokens", "model", s),
+                    f"p{round(q * 100)} {{{{model}}}}",
+                )
+                for q in (0.5, 0.95)
+            ],
+        ),
+        Panel(
+            "Near or over the limit",
+            "Share of replies whose context filled more than 90 % (near) or more than 100 % "
+            "(over: input was truncated) of num_ctx, per model.",
+            "percentunit",
+            [
+                Target(
+                    share_above("0.9", "ollama_tap_context_utilization_ratio", s), "near {{model}}"
+                ),
+                Target(
+                    share_above("1|1\\\\.0", "ollama_tap_context_utilization_ratio", s),
+                    "over {{model}}",
+                ),
+            ],
+            defaults={"min": 0, "max": 1},
+        ),
+        Panel(
+            "Stops by reason",
+            "Replies per second by done_reason; length means the output limit (num_predict) "
+            "was reached, not that the input was cut.",
+            "reqps",
+            [
+                Target(
+                    rate("ollama_tap_responses_total", "model, done_reason", s),
+                    "{{done_reason}} {{model}}",
+                )
+            ],
+            width=24,
+        ),
+    ]
+
+
+def models() -> list[Panel]:
+    m = sel(endpoint=False)
+    return [
+        Panel(
+            "Loaded models",
+            "Models Ollama holds in memory (1) per /api/ps.",
+            "none",
+            [Target(f"max by (model) (ollama_tap_model_loaded{m})", "{{model}}")],
+            defaults={"custom": {"drawStyle": "line", "lineInterpolation": "stepAfter"}},
+        ),
+        Panel(
+            "VRAM vs size",
+            "Bytes of each loaded model in GPU memory against its total size; less VRAM than "
+            "size means part of the model runs on the CPU.",
+            "bytes",
+            [
+                Target(f"max by (model) (ollama_tap_model_vram_bytes{m})", "vram {{model}}"),
+                Target(f"max by (model) (ollama_tap_model_size_bytes{m})", "size {{model}}"),
+            ],
+        ),
+        Panel(
+            "Partial offload",
+            "Share of each loaded model held in system RAM instead of VRAM (1 - vram/size); "
+            "red above 0 marks a partial CPU offload.",
+            "percentunit",
+            [
+                Target(
+                    f"1 - max by (model) (ollama_tap_model_vram_bytes{m}) "
+                    f"/ max by (model) (ollama_tap_model_size_bytes{m})",
+                    "{{model}}",
+                )
+            ],
+            kind="stat",
+            options=STAT,
+            defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(0.001)},
+        ),
+        Panel(
+            "Loads and cold starts",
+            "Model loads and unloads seen in /api/ps, and replies whose load took over 1 s, "
+            "per interval.",
+            "short",
+            [
+                Target(increase("ollama_tap_model_loads_total", "model", m), "loads {{model}}"),
+                Target(increase("ollama_tap_model_unloads_total", "model", m), "unloads {{model}}"),
+                Target(
+                    increase("ollama_tap_cold_starts_total", "model", m), "cold starts {{model}}"
+                ),
+            ],
+            width=12,
+            defaults={"custom": {"drawStyle": "bars", "fillOpacity": 80}},
+        ),
+        Panel(
+            "Model info",
+            "Family, parameter size and quantization of each model, from /api/show.",
+            "none",
+            [
+                Target(
+                    "max by (model, family, parameter_size, quantization) "
+                    f"(ollama_tap_model_info{m})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            kind="table",
+            width=12,
+            transformations=[
+                {
+                    "id": "organize",
+                    "options": {"excludeByName": {"Time": True, "Value": True}},
+                }
+            ],
+        ),
+    ]
+
+
+def health() -> list[Panel]:
+    p = sel(model=False, endpoint=False)
+    return [
+        Panel(
+            "Proxy scrape up",
+            "Whether Prometheus could scrape the proxy's /metrics at its last attempt.",
+            "none",
+            [Target(f"min(up{p})")],
+            kind="stat",
+            width=4,
+            options=STAT,
+            defaults={
+                "mappings": up_mapping(),
+                "color": {"mode": "thresholds"},
+                "thresholds": {
+                    "mode": "absolute",
+                    "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
+                },
+            },
+        ),
+        Panel(
+            "Records dropped",
+            "Records the recorder dropped per interval because its queue was full (recordings "
+            "lost; client traffic unaffected).",
+            "short",
+            [Target(f"sum(increase(ollama_tap_records_dropped_total{p}[{RATE}]))", "dropped")],
+            width=5,
+            defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(1)},
+        ),
+        Panel(
+            "Recorder queue",
+            "Records waiting for the database writer thread.",
+            "short",
+            [Target(f"sum(ollama_tap_recorder_queue_depth{p})", "queue")],
+            width=5,
+        ),
+        Panel(
+            "Database size",
+            "Size of the recorder's SQLite database on disk.",
+            "bytes",
+            [Target(f"sum(ollama_tap_db_size_bytes{p})", "database")],
+            width=5,
+        ),
+        Panel(
+            "Internal errors",
+            "Per-second recorder write errors, upstream poll errors and observer errors (a "
+            "failing observer is skipped; the client stream goes on).",
+            "ops",
+            [
+                Target(
+                    f"sum(rate(ollama_tap_recorder_write_errors_total{p}[{RATE}]))",
+                    "recorder writes",
+                ),
+                Target(
+                    f"sum(rate(ollama_tap_upstream_poll_errors_total{p}[{RATE}]))", "upstream polls"
+                ),
+                Target(
+                    rate("ollama_tap_observer_errors_total", "observer, hook", p),
+                    "{{observer}} {{hook}}",
+                ),
+            ],
+            width=5,
+        ),
+        Panel(
+            "Proxy CPU",
+            "CPU time the proxy process uses per second of wall time.",
+            "percentunit",
+            [Target(f"rate(process_cpu_seconds_total{p}[{RATE}])", "{{instance}}")],
+            width=12,
+        ),
+        Panel(
+            "Proxy memory",
+            "Resident memory of the proxy process.",
+            "bytes",
+            [Target(f"process_resident_memory_bytes{p}", "{{instance}}")],
+            width=12,
+        ),
+    ]
+
+
+ROWS = {
+    "Overview": overview,
+    "Latency": latency,
+    "Phases": phases,
+    "Throughput": throughput,
+    "Context": context,
+    "Models": models,
+    "Proxy health": health,
+}
+
+# -- JSON -----------------------------------------------------------------------------------
+
+
+def target_json(t: Target, ref: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "datasource": DATASOURCE,
+        "expr": t.expr,
+        "legendFormat": t.legend or "__auto",
+        "range": not t.instant,
+        "instant": t.instant,
+        "refId": ref,
+    }
+    if t.table:
+        out["format"] = "table"
+    return out
+
+
+def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
+    return {
+        "id": pid,
+        "type": p.kind,
+        "title": p.title,
+        "description": p.description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": p.height, "w": p.width, "x": x, "y": y},
+        "fieldConfig": {"defaults": {"unit": p.unit, **p.defaults}, "overrides": p.overrides},
+        "options": p.options
+        or {
+            "legend": {"displayMode": "list", "placement": "bottom"},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": [target_json(t, chr(ord("A") + i)) for i, t in enumerate(p.targets)],
+        "transformations": p.transformations,
+    }
+
+
+def layout() -> list[dict[str, Any]]:
+    """Rows in order; each row's panels flow left to right, wrapping at 24 columns."""
+    panels: list[dict[str, Any]] = []
+    y = 0
+    for title, make in ROWS.items():
+        panels.append(
+            {
+                "id": len(panels) + 1,
+                "type": "row",
+                "title": title,
+                "collapsed": False,
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+                "panels": [],
+            }
+        )
+        y += 1
+        x = row_height = 0
+        for p in make():
+            if x + p.width > 24:
+                x, y, row_height = 0, y + row_height, 0
+            panels.append(panel_json(p, len(panels) + 1, x, y))
+            x += p.width
+            row_height = max(row_height, p.height)
+        y += row_height
+    return panels
+
+
+def variable(name: str, label: str, query: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "definition": query,
+        "query": {"query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "sort": 1,
+    }
+
+
+def templating() -> dict[str, Any]:
+    scoped = '{job=~"$job", instance=~"$instance"}'
+    return {
+        "list": [
+            {
+                "name": "datasource",
+                "label": "Data source",
+                "type": "datasource",
+                "query": "prometheus",
+                "current": {},
+                "refresh": 1,
+                "regex": "",
+            },
+            variable("job", "Job", "label_values(ollama_tap_build_info, job)"),
+            variable(
+                "instance", "Instance", 'label_values(ollama_tap_build_info{job=~"$job"}, instance)'
+            ),
+            variable("model", "Model", f"label_values(ollama_tap_requests_total{scoped}, model)"),
+            variable(
+                "endpoint", "Endpoint", f"label_values(ollama_tap_requests_total{scoped}, endpoint)"
+            ),
+        ]
+    }
+
+
+def build() -> dict[str, Any]:
+    return {
+        "__inputs": [],
+        "__requires": [
+            {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.0.0"},
+            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+        ],
+        "uid": "ollama-tap",
+        "title": "ollama-tap",
+        "description": "What apps see through the ollama-tap proxy and what Ollama does: "
+        "latency, phases, decode and prefill rates, context, models and the proxy itself.",
+        "tags": ["ollama", "ollama-tap", "llm"],
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "graphTooltip": 1,
+        "timezone": "browser",
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "annotations": {"list": []},
+        "links": [],
+        "templating": templating(),
+        "panels": layout(),
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    OUT.write_text(render())
+    sys.stdout.write(f"wrote {OUT}\n")

@@ -1,0 +1,1 @@
+"""ollama-tap: a transparent Ollama proxy that measures, exports and records every exchange."""

@@ -1,0 +1,117 @@
+"""make_app(settings, registry) -> the aiohttp Application, and its lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from proxy import auth
+from proxy.accesslog import AccessLog
+from proxy.config import Settings
+from proxy.forward import Forwarder
+from proxy.hooks import Hooks
+from proxy.hostcheck import host_check
+from proxy.metrics import MetricsObserver, metrics_handler
+from proxy.names import ModelLabels
+from proxy.recorder import Recorder
+from proxy.recorder.api import add_routes as add_recorder_routes
+from proxy.upstream import UpstreamPoller
+
+SETTINGS = web.AppKey("settings", Settings)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+HOOKS = web.AppKey("hooks", Hooks)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+POLLER = web.AppKey("poller", UpstreamPoller)
+RECORDER = web.AppKey("recorder", Recorder)
+SHUTTING_DOWN = web.AppKey("shutting_down", list[bool])
+ADMIN_TOKEN = web.AppKey("admin_token", str)
+
+
+def make_session() -> aiohttp.ClientSession:
+    """The one upstream client: transparent by construction.
+
+    No headers of its own (the client's are relayed as they are), no decompression, no
+    cookie jar, no proxy from the environment, and no connection cap (a cap would queue
+    requests where nobody can see them; Ollama has its own queue and reports it).
+    """
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+    )
+
+
+async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
+    app[SESSION] = make_session()
+    yield
+    await app[SESSION].close()
+
+
+async def _poller(app: web.Application) -> AsyncIterator[None]:
+    await app[POLLER].start()
+    yield
+    await app[POLLER].stop()
+
+
+async def _recorder(app: web.Application) -> AsyncIterator[None]:
+    await app[RECORDER].start()
+    yield
+    # Runs after in-flight handlers ended (finished, or cancelled as `shutdown`), so every
+    # exchange has been handed to the recorder by now; stop() drains the queue.
+    await app[RECORDER].stop()
+
+
+async def _mark_shutdown(app: web.Application) -> None:
+    app[SHUTTING_DOWN][0] = True
+
+
+async def healthz(request: web.Request) -> web.Response:
+    up = request.app[POLLER].up
+    return web.json_response({"upstream": "up" if up else "down"})
+
+
+def make_app(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    observers: Iterable[object] = (),
+) -> web.Application:
+    """Build the proxy: observers, routes, middlewares and lifecycle, all from `settings`.
+
+    `observers` are added after the built-in ones (metrics, recorder, access log).
+    """
+    registry = registry if registry is not None else CollectorRegistry()
+    token = auth.admin_token(settings)
+    middlewares = [host_check] if settings.loopback_bind else []
+    middlewares.append(auth.auth_middleware(token))
+    app = web.Application(middlewares=middlewares, handler_args={"max_field_size": 65536})
+    app[SETTINGS] = settings
+    app[REGISTRY] = registry
+    app[SHUTTING_DOWN] = [False]
+    if token is not None:
+        app[ADMIN_TOKEN] = token
+
+    labels = ModelLabels(settings.model_label_cap)
+    poller = UpstreamPoller(settings, registry, labels)
+    recorder = Recorder(settings, registry, digest_of=poller.digest_of)
+    builtin = [MetricsObserver(registry, labels, poller), recorder, AccessLog()]
+    hooks = Hooks([*builtin, *observers], registry)
+    app[POLLER], app[RECORDER], app[HOOKS] = poller, recorder, hooks
+
+    app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
+    app.on_shutdown.append(_mark_shutdown)
+
+    forwarder = Forwarder(
+        settings, hooks, session=lambda: app[SESSION], shutting_down=lambda: app[SHUTTING_DOWN][0]
+    )
+    app.router.add_get("/_tap/healthz", healthz)
+    app.router.add_get(settings.metrics_path, metrics_handler(registry))
+    add_recorder_routes(app, recorder)
+    # Last: everything else, any method, goes to Ollama.
+    app.router.add_route("*", "/{tail:.*}", forwarder.handle)
+    return app

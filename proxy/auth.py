@@ -1,0 +1,128 @@
+"""The admin token and the middleware that guards /_tap/ (API and inspector).
+
+Recordings hold other people's prompts, so /_tap/ needs the token on every bind,
+loopback included; only /_tap/healthz (which reveals nothing) is open. The API takes
+``Authorization: Bearer``; a browser opens ``/_tap/?token=…`` once and gets an HttpOnly,
+SameSite=Strict cookie scoped to /_tap plus a redirect to the clean URL, so the token
+leaves the address bar and the history. Comparisons are constant-time and the token is
+never logged (the access log prints no query string).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from proxy.config import Settings
+
+PREFIX: Final = "/_tap"
+OPEN_PATHS: Final = frozenset({"/_tap/healthz"})
+COOKIE: Final = "ollama_tap_token"
+NONE: Final = "none"
+SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": "default-src 'self'",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def token_file(settings: Settings) -> Path:
+    return settings.db_path.parent / "admin-token"
+
+
+def admin_token(settings: Settings) -> str | None:
+    """The token from the settings, else the one kept beside the database (created 0600 at
+    first start); None when it is 'none' (Settings.check allows that on loopback only)."""
+    if settings.admin_token == NONE:
+        return None
+    if settings.admin_token:
+        return settings.admin_token
+    path = token_file(settings)
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        token = path.read_text().strip()
+        if token:
+            return token
+        raise RuntimeError(f"{path} is empty; delete it to have a new admin token made") from None
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def _matches(given: str | None, token: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _bearer(request: web.Request) -> str | None:
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else None
+
+
+def _unauthorized() -> web.Response:
+    return web.json_response(
+        {
+            "error": "ollama-tap: /_tap/ needs the admin token; send 'Authorization: Bearer "
+            "<token>' or open /_tap/?token=<token> once in a browser (`ollama-tap serve` "
+            "prints it; it is kept in the file admin-token beside the database)."
+        },
+        status=401,
+        headers={"WWW-Authenticate": 'Bearer realm="ollama-tap"'},
+    )
+
+
+def _exchange_for_cookie(request: web.Request) -> web.Response:
+    query = request.rel_url.query.copy()
+    token = query.popall("token")[-1]
+    clean = request.rel_url.with_query(query)
+    response = web.Response(status=303, headers={"Location": str(clean)})
+    response.set_cookie(
+        COOKIE, token, path=PREFIX, httponly=True, samesite="Strict", secure=request.secure
+    )
+    return response
+
+
+def _check(request: web.Request, token: str) -> web.StreamResponse | None:
+    """None when the request may pass, else the reply that refuses or redirects it."""
+    if _matches(_bearer(request), token) or _matches(request.cookies.get(COOKIE), token):
+        return None
+    if request.method == "GET" and _matches(request.rel_url.query.get("token"), token):
+        return _exchange_for_cookie(request)
+    return _unauthorized()
+
+
+class Middleware(Protocol):
+    """What `web.middleware` functions are: aiohttp's Middleware, returning a coroutine."""
+
+    def __call__(
+        self, request: web.Request, handler: Handler
+    ) -> Coroutine[Any, Any, web.StreamResponse]: ...
+
+
+def auth_middleware(token: str | None) -> Middleware:
+    """Guard /_tap/* (all but /_tap/healthz) and set the security headers on its replies."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path != PREFIX and not path.startswith(PREFIX + "/"):
+            return await handler(request)
+        refused = None if token is None or path in OPEN_PATHS else _check(request, token)
+        try:
+            response = refused or await handler(request)
+        except web.HTTPException as exc:
+            exc.headers.update(SECURITY_HEADERS)
+            raise
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    return middleware

@@ -1,0 +1,108 @@
+"""Command line: serve, records, decode, models (and the commands other modules register)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic.fields import FieldInfo
+
+from proxy.config import ConfigError, Settings
+
+SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
+
+
+def _flag_help(name: str, field: FieldInfo) -> str:
+    default = field.default
+    shown = "none" if default is None else default
+    return f"{field.description} [default: {shown}; env OLLAMA_TAP_{name.upper()}]"
+
+
+def add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per Settings field; unset flags leave the environment and defaults in charge."""
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        if field.annotation is bool:
+            parser.add_argument(
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=_flag_help(name, field),
+            )
+        else:
+            parser.add_argument(
+                flag,
+                default=argparse.SUPPRESS,
+                metavar=name.upper(),
+                help=_flag_help(name, field),
+            )
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    values: dict[str, Any] = {
+        name: getattr(args, name) for name in Settings.model_fields if hasattr(args, name)
+    }
+    return Settings(**values)
+
+
+def _explain(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "settings"
+        flag = "--" + where.replace("_", "-")
+        lines.append(f"ollama-tap: {flag} (OLLAMA_TAP_{where.upper()}): {item['msg']}")
+    return "\n".join(lines)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from proxy.serve import serve
+
+    try:
+        settings = settings_from(args)
+        settings.check()
+    except ValidationError as exc:
+        print(_explain(exc), file=sys.stderr)
+        return 2
+    except ConfigError as exc:
+        print(f"ollama-tap: {exc}", file=sys.stderr)
+        return 2
+    return serve(settings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ollama-tap",
+        description="A transparent Ollama proxy that measures, exports and records every exchange.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser(
+        "serve",
+        help="relay :11435 to Ollama, measuring and recording",
+        description="Listen for Ollama clients and relay every request to Ollama unchanged.",
+    )
+    add_settings_flags(serve)
+    serve.set_defaults(func=cmd_serve)
+    _register_optional(sub)
+    return parser
+
+
+def _register_optional(sub: SubParsers) -> None:
+    from proxy.recorder.commands import register as register_records
+    from proxy.tokens.commands import register as register_tokens
+
+    register_records(sub)
+    register_tokens(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

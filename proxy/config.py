@@ -1,0 +1,220 @@
+"""One validated Settings object; the CLI only maps flags and environment variables onto it."""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import os
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from yarl import URL
+
+DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
+MiB = 1024 * 1024
+
+
+class RecordMode(enum.StrEnum):
+    """What the recorder keeps (see README, "Recording and privacy")."""
+
+    FULL = "full"
+    METADATA = "metadata"
+    OFF = "off"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the fix."""
+
+
+def _xdg_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "ollama-tap"
+
+
+class Settings(BaseSettings):
+    """Every setting of ollama-tap; each is a flag of `serve` and an OLLAMA_TAP_* variable."""
+
+    model_config = SettingsConfigDict(env_prefix="OLLAMA_TAP_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: Annotated[int, Field(ge=0, le=65535)] = Field(11435, description="Port to listen on.")
+    upstream: str | None = Field(
+        None,
+        description="Ollama's URL; else OLLAMA_HOST (Ollama's own rules), else "
+        + DEFAULT_UPSTREAM,
+    )
+    metrics_path: str = Field("/metrics", description="Path of the Prometheus endpoint.")
+    body_tee_limit: Annotated[int, Field(ge=0)] = Field(
+        8 * MiB, description="Bytes of a JSON request body copied aside to read its fields."
+    )
+    reply_tee_limit: Annotated[int, Field(ge=0)] = Field(
+        8 * MiB, description="Bytes of a single-object JSON reply kept to read its stats."
+    )
+    connect_timeout: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="Seconds to wait for a TCP connection to Ollama."
+    )
+    read_timeout: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="Seconds of upstream silence before giving up (none by default: Ollama "
+        "sends nothing during load and prefill).",
+    )
+    shutdown_grace: Annotated[float, Field(ge=0)] = Field(
+        30.0, description="Seconds in-flight exchanges may run on after SIGTERM."
+    )
+    poll_interval: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="Seconds between polls of /api/ps, /api/tags and /api/version."
+    )
+    model_label_cap: Annotated[int, Field(ge=1)] = Field(
+        100, description="Most distinct `model` label values; the rest become `other`."
+    )
+    db: Path | None = Field(
+        None, description="SQLite database file (default: $XDG_DATA_HOME/ollama-tap/records.db)."
+    )
+    record: RecordMode | None = Field(
+        None, description="full, metadata or off (default: full on loopback, else metadata)."
+    )
+    record_routes: bool = Field(
+        False, description="Also record polling GETs and HEADs (/api/tags, /api/ps, ...)."
+    )
+    retention_days: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="Records older than this are pruned."
+    )
+    retention_bytes: Annotated[int, Field(gt=0)] = Field(
+        1024 * MiB, description="The database is pruned, oldest first, above this size."
+    )
+    recorder_queue: Annotated[int, Field(ge=1)] = Field(
+        10_000, description="Records waiting for the writer; beyond it they are dropped."
+    )
+    admin_token: str | None = Field(
+        None,
+        description="Token for /_tap/ (default: generated and kept beside the database; "
+        "'none' disables auth on loopback binds only).",
+    )
+    log_level: str = Field("info", description="debug, info, warning or error.")
+    tls_cert: Path | None = Field(None, description="PEM certificate to serve HTTPS.")
+    tls_key: Path | None = Field(None, description="PEM private key for --tls-cert.")
+
+    @field_validator("metrics_path")
+    @classmethod
+    def _metrics_path(cls, v: str) -> str:
+        if not v.startswith("/") or v.startswith("/_tap/"):
+            raise ValueError("must start with '/' and lie outside /_tap/")
+        return v
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, v: str) -> str:
+        if v.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be debug, info, warning or error")
+        return v.lower()
+
+    @property
+    def loopback_bind(self) -> bool:
+        return is_loopback_host(self.host)
+
+    @property
+    def upstream_url(self) -> URL:
+        """The resolved upstream (see `resolve_upstream`)."""
+        return resolve_upstream(self.upstream, os.environ.get("OLLAMA_HOST"))
+
+    @property
+    def record_mode(self) -> RecordMode:
+        if self.record is not None:
+            return self.record
+        return RecordMode.FULL if self.loopback_bind else RecordMode.METADATA
+
+    @property
+    def db_path(self) -> Path:
+        return self.db if self.db is not None else _xdg_data_dir() / "records.db"
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, with a message that names the fix."""
+        up = self.upstream_url
+        if forwards_to_itself(up, self.host, self.port):
+            raise ConfigError(
+                f"ollama-tap would forward to itself ({up} is its own listen address "
+                f"{self.host}:{self.port}); point --upstream or OLLAMA_TAP_UPSTREAM at Ollama "
+                "(e.g. http://127.0.0.1:11434), or unset OLLAMA_HOST in the proxy's shell."
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together; give both or neither.")
+        if self.admin_token == "none" and not self.loopback_bind:
+            raise ConfigError(
+                "--admin-token none is allowed on loopback binds only; recordings hold "
+                "other people's prompts. Set a token or bind to 127.0.0.1."
+            )
+
+
+def _strip(value: str) -> str:
+    # envconfig.Var trims spaces and surrounding quotes.
+    return value.strip().strip("\"'").strip()
+
+
+def resolve_upstream(explicit: str | None, ollama_host: str | None) -> URL:
+    """Ollama's URL: an explicit setting, else OLLAMA_HOST, else the default.
+
+    Both are parsed by Ollama's own rules (envconfig.Host): no scheme means http and port
+    11434; an explicit http:// or https:// defaults the port to 80 or 443; the bare value
+    `ollama.com` means https://ollama.com:443; a path is kept; an empty, `0.0.0.0` or `::`
+    host means loopback (as Ollama's ConnectableHost does for clients).
+    """
+    for raw in (explicit, ollama_host):
+        if raw is not None and _strip(raw):
+            return parse_ollama_host(_strip(raw))
+    return URL(DEFAULT_UPSTREAM)
+
+
+def parse_ollama_host(value: str) -> URL:
+    scheme, sep, hostport = value.partition("://")
+    default_port = 11434
+    if not sep:
+        scheme, hostport = "http", value
+        if value == "ollama.com":
+            scheme, hostport = "https", "ollama.com:443"
+    elif scheme == "http":
+        default_port = 80
+    elif scheme == "https":
+        default_port = 443
+    else:
+        raise ConfigError(f"unsupported scheme in upstream {value!r}; use http:// or https://")
+    hostport, _, path = hostport.partition("/")
+    host, port = _split_host_port(hostport, default_port)
+    if host in {"", "0.0.0.0", "::"}:
+        host = "127.0.0.1"
+    return URL.build(scheme=scheme, host=host, port=port, path="/" + path if path else "")
+
+
+def _split_host_port(hostport: str, default_port: int) -> tuple[str, int]:
+    host, port_text = hostport, ""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        host, rest = hostport[1:end], hostport[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif hostport.count(":") == 1:
+        host, port_text = hostport.split(":")
+    try:
+        port = int(port_text) if port_text else default_port
+    except ValueError:
+        port = default_port
+    return host, port if 0 <= port <= 65535 else default_port
+
+
+def is_loopback_host(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def forwards_to_itself(upstream: URL, listen_host: str, listen_port: int) -> bool:
+    if upstream.port != listen_port or upstream.host is None:
+        return False
+    target = upstream.host.lower()
+    if target == listen_host.lower():
+        return True
+    unspecified = listen_host in {"0.0.0.0", "::", ""}
+    return is_loopback_host(target) and (unspecified or is_loopback_host(listen_host))

@@ -1,0 +1,178 @@
+"""The Exchange: one request and its reply, the one currency passed between modules."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Outcome(enum.StrEnum):
+    """How an exchange ended; one enum for the Exchange, the recorder and the metrics."""
+
+    OK = "ok"
+    UPSTREAM_ERROR = "upstream_error"
+    """Ollama answered with a status >= 400."""
+    STREAM_ERROR = "stream_error"
+    """An error line or event arrived after output began (the status stays 200)."""
+    INCOMPLETE = "incomplete"
+    """A stream ended without its final object or terminal event."""
+    CLIENT_DISCONNECTED = "client_disconnected"
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"
+    PROXY_ERROR = "proxy_error"
+    SHUTDOWN = "shutdown"
+    """The proxy stopped (grace period over) while the exchange was in flight."""
+
+
+class OutputKind(enum.StrEnum):
+    """What an output piece carries."""
+
+    CONTENT = "content"
+    THINKING = "thinking"
+    TOOL_CALL = "tool_call"
+
+
+@dataclass(slots=True)
+class OutputChunk:
+    """One output piece as relayed to the client (the argument of the `chunk` hook)."""
+
+    at: float
+    """Monotonic time the bytes carrying it were written to the client."""
+    kind: OutputKind
+    text: str
+    """The piece itself (content, thinking, or tool-call JSON); may be empty for tool calls."""
+    nbytes: int
+    """Size of the line or event that carried it."""
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts and Ollama's own timings from the final object or usage event.
+
+    Durations are in nanoseconds as Ollama reports them; a field Ollama omitted is 0,
+    except `prompt_eval_cached_count`, which is None when the reply did not carry it
+    (older Ollama), because 0 and "unknown" mean different things for the prefill rate.
+    """
+
+    total_duration: int = 0
+    load_duration: int = 0
+    prompt_eval_count: int = 0
+    prompt_eval_duration: int = 0
+    eval_count: int = 0
+    eval_duration: int = 0
+    prompt_eval_cached_count: int | None = None
+    has_timings: bool = False
+    """True when the reply carried Ollama's native duration fields (native routes only)."""
+
+
+@dataclass(slots=True)
+class RequestFields:
+    """What the proxy learned from the request body (parsed once, when the upload ended)."""
+
+    model: str | None = None
+    stream: bool | None = None
+    options: dict[str, Any] | None = None
+    think: Any = None
+    keep_alive: Any = None
+    format: Any = None
+    raw: bool | None = None
+    parsed: bool = False
+    """False when the body was absent, not JSON, not an object, or above the tee cap."""
+    truncated: bool = False
+    """True when the body was larger than the tee cap, so the fields are unknown."""
+
+
+_ids = itertools.count(1)
+_id_prefix = f"{os.getpid():x}{int(time.time()):x}"
+
+
+def new_id() -> str:
+    """A short id, unique per process run and sortable within it."""
+    return f"{_id_prefix}-{next(_ids):08d}"
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One client request and what became of it.
+
+    The forwarder fills it as the exchange unfolds and emits hooks; observers read it.
+    Times are monotonic seconds (`time.monotonic()`), except `started_wall`.
+    Every exchange ends in exactly one `response` or `error` hook, never both.
+    """
+
+    method: str
+    path: str
+    query: str
+    endpoint: str
+    """A fixed route template (see `ollama.endpoint_of`), never the raw path."""
+    client: str
+    """Peer address of the client."""
+    request_headers: dict[str, str]
+    """The client's request headers as received (credentials included: observers that store
+    anything must redact them)."""
+    id: str = field(default_factory=new_id)
+    started: float = field(default_factory=time.monotonic)
+    """When the request head arrived; the zero of every client-side time."""
+    started_wall: float = field(default_factory=time.time)
+    request: RequestFields = field(default_factory=RequestFields)
+    request_body: bytes | None = None
+    """A bounded copy of the request body (JSON routes only), None when not teed."""
+    request_bytes: int = 0
+    """Bytes of request body relayed upstream."""
+
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = ""
+    streamed: bool = False
+    """True iff the reply's Content-Type is NDJSON or SSE (never judged by the request)."""
+    response_started: float | None = None
+    """When the upstream's status line and headers arrived."""
+    response_bytes: int = 0
+    """Bytes of response body written to the client."""
+
+    first_output: float | None = None
+    """When the first output chunk (any kind) was written: time to first token."""
+    first_content: float | None = None
+    """When the first non-thinking output chunk was written: time to first content."""
+    last_output: float | None = None
+    output_events: int = 0
+    output_chunks: list[OutputChunk] | None = None
+    """Kept only when an observer asked for it (the recorder's timeline)."""
+    first_created_at: str | None = None
+    """Ollama's `created_at` of the first output chunk (server TTFT)."""
+    final_created_at: str | None = None
+    done_reason: str | None = None
+    usage: Usage | None = None
+    final: dict[str, Any] | None = None
+    """The final object (native) or the single JSON reply, when parsed."""
+    error_message: str | None = None
+    """Ollama's error text (error body or error line), or the proxy's own."""
+
+    outcome: Outcome | None = None
+    ended: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Free space for observers, keyed by observer name."""
+
+    @property
+    def model(self) -> str | None:
+        """The model the request named (raw, not canonical)."""
+        return self.request.model
+
+    def elapsed(self, at: float | None) -> float | None:
+        """Seconds from the request head to `at`, or None."""
+        return None if at is None else at - self.started
+
+    @property
+    def duration(self) -> float | None:
+        return self.elapsed(self.ended)
+
+    @property
+    def ttft(self) -> float | None:
+        return self.elapsed(self.first_output)
+
+    @property
+    def ttfc(self) -> float | None:
+        return self.elapsed(self.first_content)

@@ -1,0 +1,315 @@
+"""The catch-all handler: stream up, stream down, fill the Exchange, emit hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+import aiohttp
+import structlog
+from aiohttp import hdrs, web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from proxy import ollama
+from proxy.config import Settings
+from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind
+from proxy.hooks import Hooks
+
+log = structlog.get_logger("ollama_tap.forward")
+
+# RFC 9110 §7.6.1 hop-by-hop fields, plus the legacy ones proxies still meet.
+HOP_BY_HOP: Final = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "Proxy-Connection",
+        "TE",
+        "Trailer",
+        "Trailers",
+        "Transfer-Encoding",
+        "Upgrade",
+    )
+)
+# Headers aiohttp's server may add on its own; removed again unless Ollama sent them.
+_SERVER_ADDED: Final = (hdrs.SERVER, hdrs.DATE, hdrs.CONTENT_TYPE)
+
+
+def _hop_by_hop(headers: CIMultiDictProxy[str]) -> frozenset[str]:
+    """Lower-case names to drop: the fixed set plus those the Connection header names."""
+    named = {t.strip().lower() for v in headers.getall(hdrs.CONNECTION, ()) for t in v.split(",")}
+    return HOP_BY_HOP | named
+
+
+def _without(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDict[str]:
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+
+
+def upstream_headers(headers: CIMultiDictProxy[str], host: str) -> CIMultiDict[str]:
+    """The client's headers minus hop-by-hop ones, with Host rewritten to the upstream's."""
+    out = _without(headers, _hop_by_hop(headers) | {"host"})
+    out[hdrs.HOST] = host
+    return out
+
+
+def downstream_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
+    return _without(headers, _hop_by_hop(headers))
+
+
+class RelayResponse(web.StreamResponse):
+    """A StreamResponse that adds no header the upstream did not send.
+
+    aiohttp's server fills in Server, Date and a default Content-Type; a transparent proxy
+    must not, so they are taken out again after aiohttp prepared its headers.
+    """
+
+    async def _prepare_headers(self) -> None:
+        sent = {k for k in self.headers if k in _SERVER_ADDED}
+        await super()._prepare_headers()
+        for name in _SERVER_ADDED:
+            if name not in sent:
+                self.headers.popall(name, None)
+
+
+class Forwarder:
+    """Relays every request to Ollama byte for byte and fills one Exchange per request."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        hooks: Hooks,
+        session: Callable[[], aiohttp.ClientSession],
+        shutting_down: Callable[[], bool],
+    ) -> None:
+        self.settings = settings
+        self.hooks = hooks
+        self._session = session
+        self._shutting_down = shutting_down
+        up = settings.upstream_url
+        self.upstream = up
+        self.upstream_host = f"{up.host}:{up.port}" if up.port else str(up.host)
+        self.timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout, sock_read=settings.read_timeout
+        )
+
+    def target(self, request: web.Request) -> URL:
+        # raw_path keeps the client's exact encoding (and query string); only the origin
+        # (and Ollama's path prefix, if OLLAMA_HOST had one) changes.
+        return URL(str(self.upstream).rstrip("/") + request.raw_path, encoded=True)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        ex = Exchange(
+            method=request.method,
+            path=request.path,
+            query=request.query_string,
+            endpoint=ollama.endpoint_of(request.rel_url.raw_path),
+            client=request.remote or "",
+            request_headers=dict(request.headers),
+        )
+        relay = _Relay(self, request, ex)
+        try:
+            return await relay.run()
+        except asyncio.CancelledError:
+            relay.finish(Outcome.SHUTDOWN if self._shutting_down() else Outcome.CLIENT_DISCONNECTED)
+            raise
+        except Exception:
+            log.exception("relay_failed", id=ex.id, path=ex.path)
+            if relay.response is not None and relay.response.prepared:
+                relay.abort_client()
+                relay.finish(Outcome.PROXY_ERROR)
+                raise
+            message = "ollama-tap: internal error while relaying this request; see the proxy log."
+            return await relay.proxy_error(500, message, Outcome.PROXY_ERROR)
+
+
+class _Relay:
+    """The state of one exchange while it is relayed."""
+
+    def __init__(self, fwd: Forwarder, request: web.Request, ex: Exchange) -> None:
+        self.fwd = fwd
+        self.request = request
+        self.ex = ex
+        self.hooks = fwd.hooks
+        self.tee = ollama.tees_request_body(ex.endpoint, request.content_type)
+        self.tee_buf: bytearray | None = bytearray() if self.tee else None
+        self.request_fired = False
+        self.ended = False
+        self.upstream: aiohttp.ClientResponse | None = None
+        self.response: RelayResponse | None = None
+
+    # -- request side -------------------------------------------------------------------
+
+    def fire_request(self, truncated: bool = False) -> None:
+        """Parse the teed body (once) and fire the request hook."""
+        if self.request_fired:
+            return
+        self.request_fired = True
+        ex = self.ex
+        if self.tee:
+            body = bytes(self.tee_buf) if self.tee_buf is not None else b""
+            ex.request_body = body if self.tee_buf is not None else None
+            ex.request = ollama.parse_request_fields(body, truncated or self.tee_buf is None)
+        self.hooks.request(ex)
+
+    async def body(self) -> AsyncIterator[bytes]:
+        limit = self.fwd.settings.body_tee_limit
+        ex = self.ex
+        async for data in self.request.content.iter_any():
+            ex.request_bytes += len(data)
+            if self.tee_buf is not None:
+                if len(self.tee_buf) + len(data) <= limit:
+                    self.tee_buf += data
+                else:
+                    self.tee_buf = None
+            yield data
+        self.fire_request()
+
+    # -- the exchange -------------------------------------------------------------------
+
+    async def run(self) -> web.StreamResponse:
+        request = self.request
+        has_body = request.body_exists
+        if not has_body:
+            self.fire_request()
+        try:
+            up = await self.fwd._session().request(
+                request.method,
+                self.fwd.target(request),
+                headers=upstream_headers(request.headers, self.fwd.upstream_host),
+                data=self.body() if has_body else None,
+                allow_redirects=False,
+                timeout=self.fwd.timeout,
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            if self.client_gone():
+                self.finish(Outcome.CLIENT_DISCONNECTED)
+                return web.Response(status=499)
+            return await self.unreachable(exc)
+        self.upstream = up
+        try:
+            return await self.relay(up)
+        finally:
+            up.close()
+
+    async def relay(self, up: aiohttp.ClientResponse) -> web.StreamResponse:
+        ex = self.ex
+        ex.response_started = time.monotonic()
+        ex.status = up.status
+        ex.response_headers = dict(up.headers)
+        ex.content_type = up.headers.get(hdrs.CONTENT_TYPE, "")
+        ex.streamed = ollama.is_streamed(ex.content_type)
+        self.fire_request()
+        self.hooks.response_headers(ex)
+        reader = ollama.reader_for(ex, self.fwd.settings.reply_tee_limit)
+        resp = self.response = RelayResponse(status=up.status, reason=up.reason)
+        resp.headers.extend(downstream_headers(up.headers))
+        try:
+            await resp.prepare(self.request)
+            async for data in up.content.iter_any():
+                await resp.write(data)
+                at = time.monotonic()
+                ex.response_bytes += len(data)
+                if reader is not None:
+                    self.outputs(reader.feed(data, at))
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
+            # Cut the client's connection as the upstream cut ours, so the client sees the
+            # same truncated reply a direct connection would have given it.
+            self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {exc!r}"
+            if reader is not None:
+                self.outputs(reader.close(time.monotonic()))
+            self.abort_client()
+            self.finish(Outcome.INCOMPLETE)
+            return resp
+        if reader is not None:
+            self.outputs(reader.close(time.monotonic()))
+        try:
+            await resp.write_eof()
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        self.finish(self.verdict(reader))
+        return resp
+
+    def verdict(self, reader: ollama.Reader | None) -> Outcome:
+        ex = self.ex
+        if ex.status is not None and ex.status >= 400:
+            return Outcome.UPSTREAM_ERROR
+        if reader is not None and reader.errored:
+            return Outcome.STREAM_ERROR
+        if reader is not None and ex.streamed and not reader.complete:
+            return Outcome.INCOMPLETE
+        return Outcome.OK
+
+    def outputs(self, pieces: list[OutputChunk]) -> None:
+        if not pieces:
+            return
+        ex = self.ex
+        wants = self.hooks.wants_chunks
+        for piece in pieces:
+            if ex.first_output is None:
+                ex.first_output = piece.at
+            if ex.first_content is None and piece.kind is not OutputKind.THINKING:
+                ex.first_content = piece.at
+            ex.last_output = piece.at
+            ex.output_events += 1
+            if wants:
+                self.hooks.chunk(ex, piece)
+
+    def client_gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    def abort_client(self) -> None:
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+
+    async def unreachable(self, exc: BaseException) -> web.StreamResponse:
+        fwd = self.fwd
+        reason = str(exc) or type(exc).__name__
+        if isinstance(exc, TimeoutError):
+            status, message = 504, (
+                f"ollama-tap: Ollama at {fwd.upstream} did not answer in time ({reason}); "
+                "check that it is running, or raise --connect-timeout / --read-timeout."
+            )
+        else:
+            status, message = 502, (
+                f"ollama-tap: cannot reach Ollama at {fwd.upstream}: {reason}; "
+                "start Ollama or point --upstream / OLLAMA_TAP_UPSTREAM at it."
+            )
+        return await self.proxy_error(status, message, Outcome.UPSTREAM_UNREACHABLE)
+
+    async def proxy_error(self, status: int, message: str, outcome: Outcome) -> web.Response:
+        self.fire_request()
+        ex = self.ex
+        ex.status = status
+        ex.error_message = message
+        family = ollama.family_of(ex.endpoint)
+        body = ollama.error_body(family, status, message)
+        resp = web.Response(status=status, body=body, content_type="application/json")
+        ex.response_bytes = len(body)
+        log.warning("upstream_failed", id=ex.id, path=ex.path, status=status, error=message)
+        self.finish(outcome)
+        return resp
+
+    def finish(self, outcome: Outcome) -> None:
+        """End the exchange once: stamp it and fire `response` or `error`."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.upstream is not None:
+            # Closing (not releasing) the upstream connection is how Ollama learns the
+            # client is gone and stops generating.
+            self.upstream.close()
+        self.fire_request()
+        self.ex.outcome = outcome
+        self.ex.ended = time.monotonic()
+        self.hooks.end(self.ex)

@@ -1,0 +1,88 @@
+"""Observer protocol and safe dispatch of the exchange hooks.
+
+An observer is any object with methods named after hooks; it implements only those it needs.
+Hooks fire in this order for every exchange, from the event loop, and must return quickly
+(no I/O: hand slow work to a queue or a thread):
+
+- ``request(ex)``: once, when the request body has been relayed upstream (or the upstream
+  answered first, or could not be reached) and its fields are on ``ex.request``.
+- ``response_headers(ex)``: once, when the upstream's status and headers are known, before
+  the first byte is written to the client. Not fired when the upstream was unreachable.
+- ``chunk(ex, piece)``: for each output piece (``OutputChunk``), right after the bytes
+  carrying it were written to the client. Only for replies whose framing was parsed.
+- ``response(ex)``: the upstream's reply was relayed as far as it went; ``ex.outcome`` is
+  ``ok``, ``upstream_error``, ``stream_error`` or ``incomplete`` (no final object, including
+  an upstream that died mid-stream).
+- ``error(ex)``: the proxy could not relay the reply; ``ex.outcome`` is
+  ``client_disconnected``, ``upstream_unreachable``, ``proxy_error`` or ``shutdown``.
+
+Every exchange that fired ``request`` receives exactly one of ``response`` or ``error``.
+A failing observer is logged, counted in ``ollama_tap_observer_errors_total{observer,hook}``
+and skipped; it never breaks a client stream or the other observers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
+from proxy.exchange import Exchange, Outcome, OutputChunk
+
+HOOKS: Final = ("request", "response_headers", "chunk", "response", "error")
+_RESPONSE_OUTCOMES: Final = frozenset(
+    {Outcome.OK, Outcome.UPSTREAM_ERROR, Outcome.STREAM_ERROR, Outcome.INCOMPLETE}
+)
+
+log = structlog.get_logger("ollama_tap.hooks")
+
+
+def observer_name(observer: object) -> str:
+    return str(getattr(observer, "name", type(observer).__name__))
+
+
+class Hooks:
+    """Dispatches hook calls to the observers that implement them."""
+
+    def __init__(self, observers: Iterable[object], registry: CollectorRegistry) -> None:
+        self.observers = list(observers)
+        self._errors = Counter(
+            "ollama_tap_observer_errors_total",
+            "Exceptions raised by an observer's hook (the hook was skipped, traffic unaffected).",
+            ["observer", "hook"],
+            registry=registry,
+        )
+        # Bound methods resolved once, so a hook with no takers costs one empty loop.
+        self._table: dict[str, list[tuple[str, Callable[..., Any]]]] = {
+            hook: [
+                (observer_name(o), getattr(o, hook))
+                for o in self.observers
+                if callable(getattr(o, hook, None))
+            ]
+            for hook in HOOKS
+        }
+        self.wants_chunks = bool(self._table["chunk"])
+
+    def _call(self, hook: str, *args: Any) -> None:
+        for name, method in self._table[hook]:
+            try:
+                method(*args)
+            except Exception:
+                self._errors.labels(name, hook).inc()
+                log.exception("observer_failed", observer=name, hook=hook)
+
+    def request(self, ex: Exchange) -> None:
+        self._call("request", ex)
+
+    def response_headers(self, ex: Exchange) -> None:
+        self._call("response_headers", ex)
+
+    def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
+        self._call("chunk", ex, piece)
+
+    def end(self, ex: Exchange) -> None:
+        """Fire ``response`` or ``error`` according to ``ex.outcome``."""
+        self._call("response" if ex.outcome in _RESPONSE_OUTCOMES else "error", ex)
+

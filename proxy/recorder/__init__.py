@@ -1,0 +1,96 @@
+"""The recorder observer: one SQLite row per exchange in scope, as the privacy mode allows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+
+from proxy.config import RecordMode, Settings
+from proxy.exchange import Exchange, OutputChunk
+from proxy.names import canonical_model
+from proxy.recorder.retention import Retention
+from proxy.recorder.scope import Capture, Scope, scope_of
+from proxy.recorder.stats import RecorderMetrics
+from proxy.recorder.store import Store
+from proxy.recorder.timeline import Timeline
+from proxy.recorder.writer import Writer
+
+STOP_TIMEOUT: Final = 10.0
+"""Seconds `stop` waits for the writer to drain the queue."""
+_KEY: Final = "recorder"
+
+
+class Recorder:
+    """Records exchanges (hooks on the loop, O(1) each) through a queue to a writer thread.
+
+    ``request`` decides the scope and resolves the model's digest at that moment; ``chunk``
+    appends to the compact timeline in ``ex.metadata["recorder"]``; ``response`` / ``error``
+    hand the finished Exchange to the writer. With ``--record off`` every hook returns at
+    once and no database file is created; ``store`` still reads an existing one.
+    """
+
+    name = "recorder"
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry,
+        *,
+        digest_of: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self.mode = settings.record_mode
+        self.record_routes = settings.record_routes
+        self.digest_of = digest_of
+        """The model's current digest by canonical name (the upstream poller's knowledge)."""
+        self.store = Store(settings.db_path)
+        self.metrics = RecorderMetrics(registry)
+        self.writer: Writer | None = None
+        if self.mode is not RecordMode.OFF:
+            retention = Retention(settings.retention_days * 86400.0, settings.retention_bytes)
+            self.writer = Writer(
+                settings.db_path, self.mode, settings.recorder_queue, retention, self.metrics
+            )
+
+    async def start(self) -> None:
+        """Open and migrate the database (in a thread) and start the writer thread."""
+        if self.writer is not None:
+            await asyncio.to_thread(self.writer.open)
+            self.writer.start()
+
+    async def stop(self) -> None:
+        """Write everything queued so far and close, waiting at most STOP_TIMEOUT."""
+        if self.writer is not None:
+            await asyncio.to_thread(self.writer.stop, STOP_TIMEOUT)
+
+    def _capture(self, ex: Exchange) -> Capture | None:
+        scope = scope_of(ex, self.record_routes)
+        cap = None
+        if scope is not None:
+            model = canonical_model(ex.model) if ex.model else None
+            digest = self.digest_of(model) if model and self.digest_of else None
+            keep_text = self.mode is RecordMode.FULL
+            timeline = Timeline(keep_text=keep_text) if scope is Scope.FULL else None
+            cap = Capture(scope, model, digest, timeline)
+        ex.metadata[_KEY] = cap
+        return cap
+
+    def request(self, ex: Exchange) -> None:
+        if self.writer is not None:
+            self._capture(ex)
+
+    def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
+        cap = ex.metadata.get(_KEY)
+        if cap is not None and cap.timeline is not None:
+            cap.timeline.add(piece.at - ex.started, piece)
+
+    def response(self, ex: Exchange) -> None:
+        if self.writer is None:
+            return
+        cap = ex.metadata[_KEY] if _KEY in ex.metadata else self._capture(ex)
+        if cap is not None:
+            self.writer.submit(ex, cap)
+
+    error = response

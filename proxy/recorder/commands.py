@@ -1,0 +1,168 @@
+"""`ollama-tap records list|show|export`: read the recordings database directly (no token)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Callable
+from contextlib import nullcontext
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+from itertools import pairwise
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from proxy.config import Settings
+from proxy.recorder.export import har, write_jsonl
+from proxy.recorder.schema import SchemaError
+from proxy.recorder.store import Filters, Store, parse_time
+
+_COLUMNS = ("id", "started", "method", "endpoint", "model", "status", "outcome", "ttft ms",
+            "duration ms", "tokens in/out")  # fmt: skip
+Command = Callable[[argparse.Namespace], int]
+_TOP = ("request", "response", "timeline", "context", "output", "thinking", "tool_calls")
+
+
+def _store(args: argparse.Namespace) -> Store:
+    return Store(args.db if args.db is not None else Settings.model_validate({}).db_path)
+
+
+def _filters(args: argparse.Namespace) -> Filters:
+    return Filters(args.model, args.endpoint, args.outcome, args.since, args.until)
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def _when(started: float) -> str:
+    return datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    records, _ = _store(args).page(_filters(args), args.limit)
+    table = Table(*_COLUMNS, title=f"{len(records)} records")
+    for r in records:
+        tokens = f"{r['prompt_tokens'] or ''}/{r['eval_tokens'] or ''}".strip("/")
+        cells = (
+            r["id"], _when(r["started"]),
+            *(r[k] or "" for k in ("method", "endpoint", "model", "status")),
+            r["outcome"], _ms(r["ttft"]), _ms(r["duration"]), tokens,
+        )  # fmt: skip
+        # Text cells: recorded values are printed as text, never read as rich markup.
+        table.add_row(*(Text(str(c)) for c in cells))
+    Console().print(table)
+    return 0
+
+
+def timeline_summary(timeline: dict[str, Any]) -> str:
+    offsets = timeline["offsets"]
+    if not offsets:
+        return "no output pieces"
+    gaps = [b - a for a, b in pairwise(offsets)]
+    kinds = ", ".join(f"{n} {k}" for k, n in Counter(timeline["kinds"]).items())
+    text = "" if timeline["texts"] is not None else "; text not stored"
+    line = f"{len(offsets)} pieces ({kinds}), first at {_ms(offsets[0])} ms"
+    line += f", last at {_ms(offsets[-1])} ms"
+    if gaps:
+        line += f", gap median {_ms(statistics.median(gaps))} ms, max {_ms(max(gaps))} ms"
+    return line + text + ("; text truncated" if timeline["text_truncated"] else "")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    record = _store(args).get(args.id)
+    if record is None:
+        print(
+            f"ollama-tap: no record {args.id!r}; `ollama-tap records list` shows them.",
+            file=sys.stderr,
+        )
+        return 1
+    for key, value in record.items():
+        if key not in _TOP:
+            print(f"{key:>16}: {'' if value is None else value}")
+    for key in _TOP[:2]:
+        if record.get(key):
+            print(f"\n[{key}]\n{orjson.dumps(record[key], option=orjson.OPT_INDENT_2).decode()}")
+    for key in ("thinking", "output"):
+        if record.get(key):
+            print(f"\n[{key}]\n{record[key]}")
+    if record.get("tool_calls"):
+        print(f"\n[tool_calls]\n{orjson.dumps(record['tool_calls']).decode()}")
+    if record.get("context") is not None:
+        print(f"\n[context] {len(record['context'])} token ids (decode with `ollama-tap decode`)")
+    if record.get("timeline") is not None:
+        print(f"\n[timeline] {timeline_summary(record['timeline'])}")
+    return 0
+
+
+def _version() -> str:
+    try:
+        return version("ollama-tap")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    records = _store(args).each(_filters(args))
+    target = open(args.output, "wb") if args.output else nullcontext(sys.stdout.buffer)  # noqa: SIM115
+    with target as out:
+        if args.format == "jsonl":
+            write_jsonl(records, out)
+        else:
+            _write_har(records, out)
+    return 0
+
+
+def _write_har(records: Any, out: IO[bytes]) -> None:
+    out.write(orjson.dumps(har(records, _version()), option=orjson.OPT_INDENT_2))
+
+
+def _guard(func: Command) -> Command:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(func(args))
+        except SchemaError as exc:
+            print(f"ollama-tap: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def _common(p: argparse.ArgumentParser, filters: bool) -> None:
+    p.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help="database file [default: as serve: $OLLAMA_TAP_DB, else the XDG data dir]",
+    )
+    if filters:
+        p.add_argument("--model", help="only this model (any spelling Ollama accepts)")
+        p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
+        p.add_argument("--outcome", help="only this outcome, e.g. ok, client_disconnected")
+        p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
+        p.add_argument("--until", type=parse_time, help="before this time")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    records = sub.add_parser("records", help="list, show and export recorded exchanges")
+    rsub = records.add_subparsers(dest="records_command", required=True, metavar="ACTION")
+    p = rsub.add_parser("list", help="a table of the newest records")
+    _common(p, filters=True)
+    p.add_argument("--limit", type=int, default=50, help="most records shown [default: 50]")
+    p.set_defaults(func=_guard(cmd_list))
+    p = rsub.add_parser("show", help="every stored field of one record and its timeline")
+    _common(p, filters=False)
+    p.add_argument("id", help="the record id (first column of `records list`)")
+    p.set_defaults(func=_guard(cmd_show))
+    p = rsub.add_parser("export", help="every matching record as JSONL or HAR 1.2")
+    _common(p, filters=True)
+    p.add_argument("--format", choices=("jsonl", "har"), default="jsonl", help="[default: jsonl]")
+    p.add_argument("-o", "--output", type=Path, help="file to write [default: standard output]")
+    p.set_defaults(func=_guard(cmd_export))

@@ -1,0 +1,173 @@
+"""One exchange → one row: the columns, the privacy mode applied, heavy parts serialized.
+
+Runs in the writer thread: the hook only hands the finished Exchange over (the forwarder
+no longer touches it after the end hook), so parsing, hashing and JSON encoding of large
+bodies never happen on the event loop.
+
+What each mode stores (``Scope.FULL`` exchanges; ``Scope.METADATA`` ones never get bodies,
+output, context or a timeline):
+
+- ``full``: every column, allow-listed request and response headers, the request body
+  (media as placeholders), the reply or final object (vectors as placeholders, ``context``
+  moved out), ``context`` ids, the timeline with its text, numeric options, media hashes.
+- ``metadata``: DESIGN's allow-list only — no query string and no client address (either
+  may identify a person), no headers, no text of any kind, no context ids (their count
+  is the ``context_len`` column), timeline offsets, kinds and wire sizes without text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+
+from proxy import ollama
+from proxy.config import RecordMode
+from proxy.exchange import Exchange
+from proxy.recorder.redact import BODY_CAP, allowed_headers, capped, scrub
+from proxy.recorder.scope import Capture, Scope
+
+COLUMNS: Final = (
+    "id", "started", "method", "path", "query", "endpoint", "model", "model_digest",
+    "client", "status", "outcome", "streamed", "mode",
+    "ttft", "ttfc", "server_ttft", "client_overhead", "load", "queue_wait", "prefill",
+    "decode", "total", "duration",
+    "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
+    "request_bytes", "response_bytes", "chunks", "error_message", "nbytes", "doc", "timeline",
+)  # fmt: skip
+ROW_OVERHEAD: Final = 256
+"""Rough bytes of a row's scalar columns and index entries, for size-based retention."""
+_NS: Final = 1e9
+
+
+def _wall(created_at: str | None) -> float | None:
+    if not created_at:
+        return None
+    try:
+        return datetime.fromisoformat(created_at).timestamp()
+    except ValueError:
+        return None
+
+
+def timings(ex: Exchange) -> dict[str, float | None]:
+    """Client-side times (seconds) and Ollama's phases, with the derived ones of DESIGN."""
+    out: dict[str, float | None] = {
+        "ttft": ex.ttft, "ttfc": ex.ttfc, "duration": ex.duration,
+        "server_ttft": None, "client_overhead": None, "load": None, "queue_wait": None,
+        "prefill": None, "decode": None, "total": None,
+    }  # fmt: skip
+    u = ex.usage
+    if u is None or not u.has_timings:
+        return out
+    load, prefill = u.load_duration / _NS, u.prompt_eval_duration / _NS
+    decode, total = u.eval_duration / _NS, u.total_duration / _NS
+    out.update(load=load, prefill=prefill, decode=decode, total=total)
+    out["queue_wait"] = max(0.0, total - load - prefill - decode)
+    first, final = _wall(ex.first_created_at), _wall(ex.final_created_at)
+    if first is not None and final is not None:
+        server_ttft = first - (final - total)
+        out["server_ttft"] = server_ttft
+        if ex.ttft is not None:
+            out["client_overhead"] = ex.ttft - server_ttft
+    return out
+
+
+def _context(ex: Exchange) -> list[int] | None:
+    if ex.final is None or ex.endpoint not in ollama.NATIVE_GENERATION:
+        return None
+    context = ex.final.get("context")
+    return context if isinstance(context, list) else None
+
+
+def _parsed_request(ex: Exchange) -> Any:
+    if ex.request_body is None:
+        return None
+    try:
+        return orjson.loads(ex.request_body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _request_body(ex: Exchange, scrubbed: Any) -> dict[str, Any] | None:
+    body = ex.request_body
+    if body is None:
+        # Above the tee cap (or not teed): its size is all the proxy knows.
+        return (
+            {"size": ex.request_bytes, "sha256": None, "truncated": True}
+            if ex.request_bytes
+            else None
+        )
+    digest = hashlib.sha256(body).hexdigest() if len(body) == ex.request_bytes else None
+    if scrubbed is None:
+        stored = {
+            "text": body[:BODY_CAP].decode(errors="replace"),
+            "truncated": len(body) > BODY_CAP,
+        }
+    else:
+        stored = capped(orjson.dumps(scrubbed))
+    return {"size": ex.request_bytes, "sha256": digest, **stored}
+
+
+def _reply(ex: Exchange) -> dict[str, Any] | None:
+    if ex.final is None:
+        return None
+    final = {k: v for k, v in ex.final.items() if k != "context"}
+    return capped(orjson.dumps(scrub(final, [])))
+
+
+def _doc(ex: Exchange, cap: Capture, full: bool, context: list[int] | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    if full:
+        doc["request"] = {"headers": allowed_headers(ex.request_headers)}
+        doc["response"] = {"headers": allowed_headers(ex.response_headers)}
+    if cap.scope is not Scope.FULL:
+        return doc
+    options = ex.request.options or {}
+    doc["options"] = {k: v for k, v in options.items() if isinstance(v, int | float)}
+    media: list[dict[str, Any]] = []
+    scrubbed = scrub(_parsed_request(ex), media)
+    doc["media"] = media
+    if full:
+        doc["request"]["body"] = _request_body(ex, scrubbed)
+        doc["response"]["body"] = _reply(ex)
+        doc["context"] = context
+    return doc
+
+
+def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
+    """The row for one finished exchange, as the privacy mode allows."""
+    full = mode is RecordMode.FULL
+    u = ex.usage
+    context = _context(ex)
+    doc = orjson.dumps(_doc(ex, cap, full, context))
+    timeline = cap.timeline.pack() if cap.timeline is not None and len(cap.timeline) else None
+    return {
+        "id": ex.id,
+        "started": ex.started_wall,
+        "method": ex.method,
+        "path": ex.path,
+        "query": ex.query if full else None,
+        "endpoint": ex.endpoint,
+        "model": cap.model,
+        "model_digest": cap.digest,
+        "client": ex.client if full else None,
+        "status": ex.status,
+        "outcome": str(ex.outcome),
+        "streamed": int(ex.streamed),
+        "mode": str(mode),
+        **timings(ex),
+        "prompt_tokens": u.prompt_eval_count if u else None,
+        "cached_tokens": u.prompt_eval_cached_count if u else None,
+        "eval_tokens": u.eval_count if u else None,
+        "context_len": len(context) if context is not None else None,
+        "done_reason": ex.done_reason,
+        "request_bytes": ex.request_bytes,
+        "response_bytes": ex.response_bytes,
+        "chunks": ex.output_events,
+        "error_message": ex.error_message,
+        "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
+        "doc": doc,
+        "timeline": timeline,
+    }

@@ -1,0 +1,104 @@
+"""What never reaches the disk as is: credentials, base64 media, embedding vectors, huge bodies.
+
+Media and vectors are replaced in place by a placeholder ``{"$omitted": kind, "bytes": n,
+"sha256": hex}``, so a stored body keeps its shape. Media are hashed after base64
+decoding (the hash then matches the image file); a vector is hashed as its JSON text.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+BODY_CAP: Final = 1024 * 1024
+"""Largest stored body; longer ones are cut and marked truncated."""
+
+# Only these request headers are stored (full mode only): an allow-list, so credentials
+# under any name (Authorization, Cookie, X-Api-Key, Proxy-Authorization, ...) never are.
+HEADER_ALLOW: Final = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "anthropic-version",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "openai-beta",
+        "origin",
+        "transfer-encoding",
+        "user-agent",
+    }
+)
+_VECTOR_KEYS: Final = frozenset({"embedding", "embeddings"})
+
+
+def allowed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    # str(): aiohttp hands over istr keys, which orjson refuses.
+    return {str(k): str(v) for k, v in headers.items() if k.lower() in HEADER_ALLOW}
+
+
+def omitted(kind: str, data: bytes) -> dict[str, Any]:
+    return {"$omitted": kind, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def _media(value: str, found: list[dict[str, Any]]) -> dict[str, Any]:
+    payload = value.partition(",")[2] if value.startswith("data:") else value
+    try:
+        data = binascii.a2b_base64(payload)
+    except binascii.Error:
+        data = value.encode()
+    placeholder = omitted("media", data)
+    found.append(placeholder)
+    return placeholder
+
+
+def _vector(value: Any) -> dict[str, Any]:
+    return omitted("vector", value.encode() if isinstance(value, str) else orjson.dumps(value))
+
+
+def _is_data_url(value: str) -> bool:
+    return value.startswith("data:") and ";base64," in value[:256]
+
+
+def scrub(node: Any, found: list[dict[str, Any]]) -> Any:
+    """A copy of a parsed body with media and vectors replaced; media placeholders are
+    appended to `found`.
+
+    Covers native ``images[]`` (top level and in messages), OpenAI ``data:`` URLs
+    (``image_url``, ``input_image``) and Anthropic ``{"type": "base64", "data": ...}``
+    sources; vectors under ``embedding`` / ``embeddings`` (native and ``/v1``).
+    """
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "images" and isinstance(value, list):
+                out[key] = [_media(v, found) if isinstance(v, str) else v for v in value]
+            elif key == "data" and isinstance(value, str) and node.get("type") == "base64":
+                out[key] = _media(value, found)
+            elif key in _VECTOR_KEYS and isinstance(value, list | str):
+                out[key] = _vectors(key, value)
+            else:
+                out[key] = scrub(value, found)
+        return out
+    if isinstance(node, list):
+        return [scrub(v, found) for v in node]
+    if isinstance(node, str) and _is_data_url(node):
+        return _media(node, found)
+    return node
+
+
+def _vectors(key: str, value: list[Any] | str) -> Any:
+    if key == "embeddings" and isinstance(value, list):
+        return [_vector(v) for v in value]
+    return _vector(value)
+
+
+def capped(data: bytes) -> dict[str, Any]:
+    """JSON text as stored: embedded as JSON when whole, else its first BODY_CAP bytes."""
+    if len(data) <= BODY_CAP:
+        return {"json": orjson.Fragment(data), "truncated": False}
+    return {"text": data[:BODY_CAP].decode(errors="ignore"), "truncated": True}

@@ -1,0 +1,130 @@
+"""The SQLite file: creation with safe permissions, pragmas, schema version and migrations."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Final
+
+# Each entry upgrades the schema by one version (PRAGMA user_version = its index + 1).
+# A shipped entry is never edited: a change is a new entry, so every older file can be
+# brought forward one step at a time.
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    # v1: one row per exchange; the heavy parts (doc, timeline) last so that reading the
+    # scalar columns of a page of records does not walk their overflow pages.
+    (
+        """CREATE TABLE records (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            started REAL NOT NULL,
+            method TEXT NOT NULL,
+            path TEXT NOT NULL,
+            query TEXT,
+            endpoint TEXT NOT NULL,
+            model TEXT,
+            client TEXT,
+            status INTEGER,
+            outcome TEXT NOT NULL,
+            streamed INTEGER NOT NULL,
+            mode TEXT NOT NULL,
+            ttft REAL, ttfc REAL, server_ttft REAL, client_overhead REAL,
+            load REAL, queue_wait REAL, prefill REAL, decode REAL, total REAL, duration REAL,
+            prompt_tokens INTEGER, eval_tokens INTEGER, context_len INTEGER,
+            done_reason TEXT,
+            request_bytes INTEGER NOT NULL,
+            response_bytes INTEGER NOT NULL,
+            chunks INTEGER NOT NULL,
+            error_message TEXT,
+            doc BLOB,
+            timeline BLOB
+        )""",
+        "CREATE INDEX records_started ON records(started)",
+    ),
+    # v2: the model's digest at the time, the cached prompt count, and a per-row size
+    # estimate so size-based retention can pick its cut-off in one query.
+    (
+        "ALTER TABLE records ADD COLUMN model_digest TEXT",
+        "ALTER TABLE records ADD COLUMN cached_tokens INTEGER",
+        "ALTER TABLE records ADD COLUMN nbytes INTEGER NOT NULL DEFAULT 0",
+        "UPDATE records SET nbytes ="
+        " 256 + coalesce(length(doc), 0) + coalesce(length(timeline), 0)",
+        "CREATE INDEX records_model ON records(model, seq)",
+        "CREATE INDEX records_endpoint ON records(endpoint, seq)",
+        "CREATE INDEX records_outcome ON records(outcome, seq)",
+    ),
+)
+VERSION: Final = len(MIGRATIONS)
+
+
+class SchemaError(RuntimeError):
+    """The file cannot be used by this version; the message names the fix."""
+
+
+def _create_private(path: Path) -> None:
+    """Create the file 0600 (and its directory 0700) before SQLite writes a byte.
+
+    SQLite gives the -wal and -shm files the mode of the database file, so they are
+    private too.
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    os.chmod(path, 0o600)
+
+
+def open_writer(path: Path) -> sqlite3.Connection:
+    """Open (creating and migrating as needed) the connection that does all the writing."""
+    _create_private(path)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        # Incremental auto-vacuum lets retention hand freed pages back to the file system
+        # (`PRAGMA incremental_vacuum`); switching an existing file over needs one VACUUM.
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        conn.execute("VACUUM")
+    conn.execute("PRAGMA journal_mode = WAL")
+    # WAL + NORMAL survives a killed process (only an OS crash may lose the last commits).
+    conn.execute("PRAGMA synchronous = NORMAL")
+    # Pruned rows are overwritten with zeros, so deleted prompts do not linger in free pages.
+    conn.execute("PRAGMA secure_delete = ON")
+    migrate(conn)
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the schema to VERSION, one transaction per step."""
+    version = user_version(conn)
+    if version > VERSION:
+        raise SchemaError(
+            f"the database has schema v{version}, newer than this ollama-tap understands "
+            f"(v{VERSION}); upgrade ollama-tap or point --db at another file."
+        )
+    for step in range(version, VERSION):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in MIGRATIONS[step]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {step + 1}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def open_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection for the API and the CLI (never creates the file)."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    version = user_version(conn)
+    if version != VERSION:
+        conn.close()
+        raise SchemaError(
+            f"the database has schema v{version} and this ollama-tap reads v{VERSION}; "
+            "start `ollama-tap serve` with this --db once to migrate it."
+        )
+    return conn

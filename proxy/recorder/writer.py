@@ -1,0 +1,150 @@
+"""The write path: a bounded queue drained by one thread that commits in batches.
+
+The event loop side is a single ``deque.append`` (no lock, no I/O); a full queue drops
+the record and counts it, so client traffic is never slowed. The thread wakes every
+FLUSH_EVERY seconds, writes everything queued in transactions of up to BATCH rows, prunes
+every PRUNE_EVERY seconds, and on stop drains the queue before closing. Retention runs
+here rather than in a second connection so the file has exactly one writer and no
+transaction ever waits on another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Final
+
+import structlog
+
+from proxy.config import RecordMode
+from proxy.exchange import Exchange
+from proxy.recorder.record import COLUMNS, to_row
+from proxy.recorder.retention import Retention, prune
+from proxy.recorder.schema import open_writer
+from proxy.recorder.scope import Capture
+from proxy.recorder.stats import RecorderMetrics
+
+FLUSH_EVERY: Final = 0.05
+BATCH: Final = 500
+PRUNE_EVERY: Final = 300.0
+_INSERT: Final = (
+    f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
+)
+
+log = structlog.get_logger("ollama_tap.recorder")
+
+
+class Writer:
+    """Owns the write connection; everything but `submit` runs off the event loop."""
+
+    def __init__(
+        self,
+        path: Path,
+        mode: RecordMode,
+        capacity: int,
+        retention: Retention,
+        metrics: RecorderMetrics,
+    ) -> None:
+        self.path = path
+        self.mode = mode
+        self.capacity = capacity
+        self.retention = retention
+        self.metrics = metrics
+        self._queue: deque[tuple[Exchange, Capture]] = deque()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._conn: sqlite3.Connection | None = None
+        metrics.queue_depth.set_function(lambda: len(self._queue))
+
+    def submit(self, ex: Exchange, cap: Capture) -> None:
+        """Queue a finished exchange, or drop and count it when the queue is full."""
+        if len(self._queue) >= self.capacity:
+            self.metrics.dropped.inc()
+            return
+        self._queue.append((ex, cap))
+
+    def open(self) -> None:
+        """Open and migrate the file, and prune once (blocking: call it in a thread)."""
+        self._conn = open_writer(self.path)
+        self._prune()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ollama-tap-recorder", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Drain the queue and close (blocking, bounded by `timeout`)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("recorder_stop_timeout", unwritten=len(self._queue))
+
+    def _run(self) -> None:
+        next_prune = time.monotonic() + PRUNE_EVERY
+        while True:
+            stopping = self._stop.wait(FLUSH_EVERY)
+            wrote = False
+            while self._queue:
+                self._write([self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))])
+                wrote = True
+            if time.monotonic() >= next_prune:
+                self._prune()
+                next_prune = time.monotonic() + PRUNE_EVERY
+            elif wrote:
+                self._measure()
+            if stopping and not self._queue:
+                break
+        assert self._conn is not None
+        self._conn.close()
+
+    def _write(self, batch: list[tuple[Exchange, Capture]]) -> None:
+        rows = []
+        for ex, cap in batch:
+            try:
+                rows.append(to_row(ex, cap, self.mode))
+            except Exception:
+                self.metrics.write_errors.inc()
+                log.exception("record_build_failed", id=ex.id)
+        self._insert(rows)
+
+    def _insert(self, rows: list[dict[str, Any]]) -> None:
+        conn = self._conn
+        assert conn is not None
+        try:
+            conn.execute("BEGIN")
+            conn.executemany(_INSERT, rows)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if len(rows) > 1:
+                # Retry one by one so one bad record does not cost the whole batch.
+                for row in rows:
+                    self._insert([row])
+            elif rows:
+                self.metrics.write_errors.inc()
+                log.error("record_write_failed", id=rows[0]["id"], error=str(exc))
+
+    def _prune(self) -> None:
+        assert self._conn is not None
+        try:
+            deleted = prune(self._conn, self.retention, time.time())
+        except sqlite3.Error as exc:
+            log.error("retention_failed", error=str(exc))
+        else:
+            if deleted:
+                log.info("records_pruned", deleted=deleted)
+        self._measure()
+
+    def _measure(self) -> None:
+        size = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(FileNotFoundError):
+                size += os.stat(f"{self.path}{suffix}").st_size
+        self.metrics.db_size.set(size)

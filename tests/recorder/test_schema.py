@@ -1,0 +1,69 @@
+"""The schema carries a version; older files are migrated, newer ones refused."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.recorder import Recorder
+from proxy.recorder.schema import VERSION, SchemaError, open_writer
+from tests.recorder.factory import WALL0, make_settings, stored
+
+# The v1 schema exactly as it shipped (frozen here on purpose: the test builds the old
+# file by hand rather than through the code under test).
+V1 = """
+CREATE TABLE records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, started REAL NOT NULL,
+    method TEXT NOT NULL, path TEXT NOT NULL, query TEXT, endpoint TEXT NOT NULL, model TEXT,
+    client TEXT, status INTEGER, outcome TEXT NOT NULL, streamed INTEGER NOT NULL,
+    mode TEXT NOT NULL, ttft REAL, ttfc REAL, server_ttft REAL, client_overhead REAL,
+    load REAL, queue_wait REAL, prefill REAL, decode REAL, total REAL, duration REAL,
+    prompt_tokens INTEGER, eval_tokens INTEGER, context_len INTEGER, done_reason TEXT,
+    request_bytes INTEGER NOT NULL, response_bytes INTEGER NOT NULL, chunks INTEGER NOT NULL,
+    error_message TEXT, doc BLOB, timeline BLOB);
+CREATE INDEX records_started ON records(started);
+INSERT INTO records (id, started, method, path, endpoint, model, outcome, streamed, mode,
+    request_bytes, response_bytes, chunks, doc)
+    VALUES ('old-1', 1750000000.0, 'POST', '/api/chat', '/api/chat', 'llama3.2:latest', 'ok',
+    1, 'full', 10, 20, 0, CAST('{"options":{}}' AS BLOB));
+PRAGMA user_version = 1;
+"""
+
+
+def build_v1(path: Path) -> None:
+    path.parent.mkdir(parents=True)
+    with sqlite3.connect(path) as conn:
+        conn.executescript(V1)
+
+
+async def test_v1_file_is_migrated_and_keeps_its_records(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    await asyncio.to_thread(build_v1, settings.db_path)
+    rec = Recorder(settings, CollectorRegistry())
+    await rec.start()
+    await rec.stop()
+    r = await stored(rec, "old-1")
+    assert (r["started"], r["model"], r["model_digest"], r["cached_tokens"]) == (
+        WALL0, "llama3.2:latest", None, None,
+    )  # fmt: skip
+
+    def inspect() -> tuple[int, int, int]:
+        with sqlite3.connect(settings.db_path) as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            nbytes = conn.execute("SELECT nbytes FROM records").fetchone()[0]
+            vacuum = conn.execute("PRAGMA auto_vacuum").fetchone()[0]
+        return version, nbytes, vacuum
+
+    assert await asyncio.to_thread(inspect) == (VERSION, 256 + len('{"options":{}}'), 2)
+
+
+def test_newer_schema_is_refused_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "records.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {VERSION + 1}")
+    with pytest.raises(SchemaError, match="upgrade ollama-tap"):
+        open_writer(path)

@@ -1,0 +1,81 @@
+"""The write path: bounded queue, drops and write errors counted, drained on stop, 0600."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.recorder import Recorder
+from proxy.recorder.store import Filters
+from tests.recorder.conftest import sample
+from tests.recorder.factory import chat_body, drive, exchange, make_settings
+
+pytestmark = pytest.mark.usefixtures("blockbuster")
+
+
+async def count(rec: Recorder) -> int:
+    page, _ = await asyncio.to_thread(rec.store.page, Filters(), 1000)
+    return len(page)
+
+
+async def test_full_queue_drops_and_counts(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    rec = Recorder(make_settings(tmp_path, recorder_queue=3), registry)
+    for _ in range(5):  # before start: nothing drains the queue yet
+        drive(rec, exchange(body=chat_body()))
+    assert sample(registry, "ollama_tap_recorder_queue_depth") == 3
+    assert sample(registry, "ollama_tap_records_dropped_total") == 2
+    await rec.start()
+    await rec.stop()
+    assert await count(rec) == 3
+    assert sample(registry, "ollama_tap_recorder_queue_depth") == 0
+
+
+async def test_write_errors_are_counted_and_spare_the_rest(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    rec = Recorder(make_settings(tmp_path), registry)
+    await rec.start()
+    drive(rec, exchange(body=chat_body(), ex_id="same"))
+    drive(rec, exchange(body=chat_body(), ex_id="same"))  # violates the unique id
+    drive(rec, exchange(body=chat_body(), ex_id="other"))
+    await rec.stop()
+    assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
+    assert await count(rec) == 2
+
+
+async def test_stop_drains_everything_queued(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    rec = Recorder(make_settings(tmp_path), registry)
+    await rec.start()
+    for _ in range(2_000):
+        drive(rec, exchange(body=chat_body()))
+    await rec.stop()
+    assert await count(rec) == 1000  # the page limit
+    _, cursor = await asyncio.to_thread(rec.store.page, Filters(), 1000)
+    assert cursor is not None
+    assert sample(registry, "ollama_tap_db_size_bytes") > 0
+
+
+async def test_file_is_private(tmp_path: Path) -> None:
+    rec = Recorder(make_settings(tmp_path), CollectorRegistry())
+    await rec.start()
+    drive(rec, exchange(body=chat_body()))
+    await asyncio.sleep(0.2)  # the writer commits, so -wal and -shm exist
+
+    def modes() -> dict[str, int]:
+        data = tmp_path / "data"
+        found = {p.name: stat.S_IMODE(p.stat().st_mode) for p in data.iterdir()}
+        return {"dir": stat.S_IMODE(data.stat().st_mode), **found}
+
+    got = await asyncio.to_thread(modes)
+    await rec.stop()
+    assert got == {
+        "dir": 0o700,
+        "records.db": 0o600,
+        "records.db-wal": 0o600,
+        "records.db-shm": 0o600,
+    }

@@ -1,0 +1,121 @@
+"""Byte-exactness under random chunking, huge lines and binary bodies (property-based)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import MakeProxy, Proxy
+
+CONTENT_TYPES = ["application/x-ndjson", "text/event-stream", "application/octet-stream"]
+
+
+class ScriptedUpstream:
+    """Writes exactly the pieces it is told to, and keeps what it received."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.content_type = "application/x-ndjson"
+        self.received = b""
+        self.piece_times: list[float] = []
+
+    async def reply(self, request: web.Request) -> web.StreamResponse:
+        chunks = []
+        async for data in request.content.iter_any():
+            self.piece_times.append(asyncio.get_running_loop().time())
+            chunks.append(data)
+        self.received = b"".join(chunks)
+        resp = web.StreamResponse(headers={"Content-Type": self.content_type})
+        await resp.prepare(request)
+        for piece in self.pieces:
+            await resp.write(piece)
+            await asyncio.sleep(0)
+        await resp.write_eof()
+        return resp
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=1 << 40)
+        app.router.add_route("*", "/{tail:.*}", self.reply)
+        return app
+
+
+@pytest.fixture
+async def scripted(
+    aiohttp_server: Callable[..., Awaitable[TestServer]], proxy_factory: MakeProxy
+) -> AsyncIterator[tuple[ScriptedUpstream, Proxy]]:
+    up = ScriptedUpstream()
+    server = await aiohttp_server(up.app())
+    proxy = await proxy_factory(upstream=str(server.make_url("")).rstrip("/"))
+    yield up, proxy
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    pieces=st.lists(st.binary(min_size=1, max_size=3000), min_size=0, max_size=30),
+    content_type=st.sampled_from(CONTENT_TYPES),
+    body=st.binary(max_size=5000),
+)
+async def test_random_chunking_is_relayed_byte_exact(
+    scripted: tuple[ScriptedUpstream, Proxy], pieces: list[bytes], content_type: str, body: bytes
+) -> None:
+    up, proxy = scripted
+    up.pieces, up.content_type = pieces, content_type
+    async with aiohttp.ClientSession(auto_decompress=False) as s:
+        async with s.post(proxy.url + "/api/generate", data=body) as resp:
+            got = await resp.read()
+    assert got == b"".join(pieces)
+    assert up.received == body
+
+
+async def test_lines_of_several_megabytes(scripted: tuple[ScriptedUpstream, Proxy]) -> None:
+    up, proxy = scripted
+    big = b'{"model":"m","response":"' + b"x" * (6 << 20) + b'","done":false}\n'
+    final = b'{"model":"m","done":true,"eval_count":1}\n'
+    up.pieces = [big[i : i + 70_000] for i in range(0, len(big), 70_000)] + [final]
+    async with aiohttp.ClientSession() as s, s.post(proxy.url + "/api/generate", data=b"{}") as r:
+        assert await r.read() == big + final
+
+
+async def test_request_body_streams_upstream_before_the_upload_ends(
+    scripted: tuple[ScriptedUpstream, Proxy],
+) -> None:
+    up, proxy = scripted
+    sent_second_at: list[float] = []
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b"a" * 1000
+        await asyncio.sleep(0.5)
+        sent_second_at.append(asyncio.get_running_loop().time())
+        yield b"b" * 1000
+
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/api/blobs/sha256:" + "1" * 64, data=trickle()) as r:
+            await r.read()
+    assert up.received == b"a" * 1000 + b"b" * 1000
+    assert up.piece_times[0] < sent_second_at[0], "the proxy held the body back"
+
+
+async def test_large_binary_upload_passes(scripted: tuple[ScriptedUpstream, Proxy]) -> None:
+    up, proxy = scripted
+    block = bytes(range(256)) * 4096  # 1 MiB
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(64):
+            yield block
+
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/api/blobs/sha256:" + "2" * 64, data=body()) as r:
+            assert r.status == 200
+    assert len(up.received) == 64 * len(block)

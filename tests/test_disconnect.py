@@ -1,0 +1,178 @@
+"""Clients that go away, upstreams that go away, and a proxy told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from proxy.exchange import Outcome
+from tests.conftest import MakeProxy
+from tests.test_forward import Spy
+
+
+class SlowUpstream:
+    """An upstream that streams NDJSON slowly and notes when its client went away."""
+
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+        self.lines_written = 0
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        count = int((await request.json()).get("lines", 1000))
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        try:
+            for i in range(count):
+                line = {"model": "m", "response": f"t{i}", "done": False}
+                await resp.write(orjson.dumps(line) + b"\n")
+                self.lines_written += 1
+                await asyncio.sleep(0.02)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.gone.set()
+            raise
+        return resp
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/api/generate", self.generate)
+        return app
+
+
+@pytest.fixture
+async def slow_upstream(
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+) -> AsyncIterator[tuple[SlowUpstream, str]]:
+    up = SlowUpstream()
+    server = await aiohttp_server(up.app())
+    yield up, str(server.make_url("")).rstrip("/")
+
+
+@pytest.mark.parametrize("cancellation", [True, False], ids=["CancelledError", "ConnectionReset"])
+async def test_client_disconnect_closes_upstream_and_is_recorded(
+    cancellation: bool, proxy_factory: MakeProxy, slow_upstream: tuple[SlowUpstream, str]
+) -> None:
+    up, url = slow_upstream
+    spy = Spy()
+    proxy = await proxy_factory(
+        upstream=url, observers=(spy,), handler_cancellation=cancellation
+    )
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(proxy.url + "/api/generate", json={"model": "m", "prompt": "x"})
+        await resp.content.readline()
+        await resp.content.readline()
+        resp.connection.transport.abort()  # type: ignore[union-attr]
+        resp.close()
+    await asyncio.wait_for(up.gone.wait(), 5)
+    written = up.lines_written
+    await asyncio.sleep(0.2)
+    assert up.lines_written == written, "Ollama kept generating for a client that left"
+    for _ in range(100):
+        if spy.ended:
+            break
+        await asyncio.sleep(0.02)
+    assert [ex.outcome for ex in spy.ended] == [Outcome.CLIENT_DISCONNECTED]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _wait_listening(port: int, proc: asyncio.subprocess.Process) -> None:
+    for _ in range(200):
+        if proc.returncode is not None:
+            raise AssertionError("ollama-tap exited early")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        return
+    raise AssertionError("ollama-tap did not start listening")
+
+
+async def test_sigterm_lets_in_flight_streams_finish_then_exits_0(
+    slow_upstream: tuple[SlowUpstream, str], tmp_path: Any
+) -> None:
+    _, url = slow_upstream
+    port = _free_port()
+    env = {**os.environ, "OLLAMA_TAP_ADMIN_TOKEN": "t", "OLLAMA_TAP_DB": str(tmp_path / "r.db")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--port",
+        str(port),
+        "--upstream",
+        url,
+        "--shutdown-grace",
+        "30",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    await _wait_listening(port, proc)
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(
+            f"http://127.0.0.1:{port}/api/generate", json={"model": "m", "prompt": "x", "lines": 60}
+        )
+        await resp.content.readline()
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await s.get(f"http://127.0.0.1:{port}/api/tags")
+        lines = 1
+        async for _ in resp.content:
+            lines += 1
+    assert lines == 60, "the in-flight stream was cut instead of finishing"
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+async def test_sigterm_past_the_grace_period_cuts_streams_and_exits_0(
+    slow_upstream: tuple[SlowUpstream, str], tmp_path: Any
+) -> None:
+    _, url = slow_upstream
+    port = _free_port()
+    env = {**os.environ, "OLLAMA_TAP_ADMIN_TOKEN": "t", "OLLAMA_TAP_DB": str(tmp_path / "r.db")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--port",
+        str(port),
+        "--upstream",
+        url,
+        "--shutdown-grace",
+        "0.5",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    await _wait_listening(port, proc)
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(
+            f"http://127.0.0.1:{port}/api/generate", json={"model": "m", "prompt": "x"}
+        )
+        await resp.content.readline()
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async for _ in resp.content:
+                pass
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    _, stderr = await proc.communicate()
+    assert b'"outcome": "shutdown"' in stderr

@@ -1,0 +1,276 @@
+"""Transparency: what a client gets through the proxy is what it gets from Ollama directly."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from proxy.exchange import Outcome
+from tests.conftest import MakeProxy, Proxy
+from tests.fake_ollama import FakeOllama, Script
+
+# Fields that differ between two runs only because time passed: normalised before comparing.
+_CLOCK = re.compile(
+    rb'("created_at":"[^"]*"|"(?:total|load|prompt_eval|eval)_duration":\d+|"created":\d+'
+    rb'|"expires_at":"[^"]*"|"(?:id|request_id|item_id)":"[^"]*"|"modified_at":"[^"]*")'
+)
+# Header values that legitimately differ between two replies (lengths change with the
+# number of digits in a duration); hop-by-hop headers are the proxy's to drop.
+_VOLATILE_HEADERS = {"date", "content-length"}
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding"}
+
+ROUTES: list[tuple[str, str, Any]] = [
+    ("GET", "/", None),
+    ("HEAD", "/", None),
+    ("GET", "/api/version", None),
+    ("HEAD", "/api/version", None),
+    ("GET", "/api/tags", None),
+    ("GET", "/api/ps", None),
+    ("POST", "/api/show", {"model": "llama3.2"}),
+    ("POST", "/api/show", {"model": "llama3.2", "verbose": True}),
+    ("POST", "/api/generate", {"model": "llama3.2", "prompt": "Why is the sky blue?"}),
+    ("POST", "/api/generate", {"model": "llama3.2", "prompt": "hi", "stream": False}),
+    ("POST", "/api/generate", {"model": "llama3.2"}),
+    ("POST", "/api/generate", {"model": "llama3.2", "keep_alive": 0}),
+    ("POST", "/api/generate", {"model": "nope", "prompt": "hi"}),
+    ("POST", "/api/chat", {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}]}),
+    (
+        "POST",
+        "/api/chat",
+        {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}], "stream": False},
+    ),
+    ("POST", "/api/embed", {"model": "all-minilm", "input": ["a", "b"]}),
+    ("POST", "/api/embeddings", {"model": "all-minilm", "prompt": "a"}),
+    ("POST", "/api/pull", {"model": "llama3.2"}),
+    ("POST", "/api/pull", {"model": "llama3.2", "stream": False}),
+    ("POST", "/api/copy", {"source": "llama3.2", "destination": "mine"}),
+    ("DELETE", "/api/delete", {"model": "nothing-here"}),
+    ("HEAD", "/api/blobs/sha256:" + "0" * 64, None),
+    (
+        "POST",
+        "/v1/chat/completions",
+        {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+    ),
+    (
+        "POST",
+        "/v1/chat/completions",
+        {
+            "model": "llama3.2",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ),
+    (
+        "POST",
+        "/v1/chat/completions",
+        {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}]},
+    ),
+    ("POST", "/v1/completions", {"model": "llama3.2", "prompt": "hi", "stream": True}),
+    ("POST", "/v1/embeddings", {"model": "all-minilm", "input": "hi"}),
+    ("GET", "/v1/models", None),
+    ("POST", "/v1/responses", {"model": "llama3.2", "input": "hi", "stream": True}),
+    (
+        "POST",
+        "/v1/messages",
+        {
+            "model": "llama3.2",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": True,
+        },
+    ),
+    ("GET", "/api/does-not-exist-yet?x=1&y=%2F", None),
+    ("PUT", "/api/generate", None),
+]
+
+
+async def fetch(
+    session: aiohttp.ClientSession, method: str, url: str, body: Any = None, **kw: Any
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    data = orjson.dumps(body) if body is not None else None
+    async with session.request(method, url, data=data, **kw) as resp:
+        raw = await resp.read()
+        return resp.status, list(resp.headers.items()), raw
+
+
+def comparable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return sorted(
+        (k.lower(), "" if k.lower() in _VOLATILE_HEADERS else v)
+        for k, v in headers
+        if k.lower() not in _HOP_BY_HOP
+    )
+
+
+@pytest.fixture
+async def raw_session() -> Any:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        yield session
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+async def test_every_route_matches_a_direct_connection(
+    method: str,
+    path: str,
+    body: Any,
+    proxy: Proxy,
+    fake_ollama: FakeOllama,
+    raw_session: aiohttp.ClientSession,
+) -> None:
+    direct = await fetch(raw_session, method, fake_ollama.url + path, body)
+    relayed = await fetch(raw_session, method, proxy.url + path, body)
+    assert relayed[0] == direct[0]
+    assert comparable(relayed[1]) == comparable(direct[1])
+    length = dict((k.lower(), v) for k, v in relayed[1]).get("content-length")
+    if length is not None and method != "HEAD":
+        assert int(length) == len(relayed[2])
+    assert _CLOCK.sub(b"", relayed[2]) == _CLOCK.sub(b"", direct[2])
+
+
+async def test_upstream_receives_the_clients_headers_and_nothing_else(
+    proxy: Proxy, fake_ollama: FakeOllama
+) -> None:
+    upstream = fake_ollama.url.removeprefix("http://")
+    async with aiohttp.ClientSession(
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding")
+    ) as s:
+        await fetch(
+            s,
+            "POST",
+            proxy.url + "/api/show?verbose=1",
+            {"model": "llama3.2"},
+            headers={
+                "X-Custom": "kept",
+                "Origin": "http://localhost:3000",
+                "Connection": "keep-alive, X-Hop",
+                "X-Hop": "dropped",
+            },
+        )
+    got = fake_ollama.received[-1]
+    names = [k.lower() for k, _ in got.headers]
+    assert dict((k.lower(), v) for k, v in got.headers)["host"] == upstream
+    assert "user-agent" not in names and "accept-encoding" not in names and "accept" not in names
+    assert ("Origin", "http://localhost:3000") in got.headers
+    assert ("X-Custom", "kept") in got.headers
+    assert "x-hop" not in names and "connection" not in names
+    assert got.path_qs == "/api/show?verbose=1"
+    assert got.body == orjson.dumps({"model": "llama3.2"})
+
+
+async def test_dns_rebinding_is_refused_like_ollama(
+    proxy: Proxy, raw_session: aiohttp.ClientSession
+) -> None:
+    for path in ("/api/tags", "/_tap/healthz", "/metrics", "/_tap/api/records"):
+        status, headers, body = await fetch(
+            raw_session, "GET", proxy.url + path, headers={"Host": "evil.example.com"}
+        )
+        assert (status, body) == (403, b""), path
+    for host in (
+        "localhost:11435",
+        "my-box.local",
+        "host.docker.internal",
+        "10.1.2.3:80",
+        "[::1]:1",
+    ):
+        status, _, _ = await fetch(raw_session, "GET", proxy.url + "/", headers={"Host": host})
+        assert status == 200, host
+
+
+async def test_public_host_reaches_ollama_on_a_non_loopback_bind(
+    proxy_factory: MakeProxy, raw_session: aiohttp.ClientSession
+) -> None:
+    proxy = await proxy_factory(host="0.0.0.0", admin_token="t")
+    status, _, body = await fetch(
+        raw_session, "GET", proxy.url + "/", headers={"Host": "ollama.example.com"}
+    )
+    assert (status, body) == (200, b"Ollama is running")
+
+
+async def test_upstream_unreachable_gives_502_in_each_family_shape(
+    proxy_factory: MakeProxy, raw_session: aiohttp.ClientSession, unused_tcp_port: int
+) -> None:
+    proxy = await proxy_factory(upstream=f"http://127.0.0.1:{unused_tcp_port}")
+    status, _, body = await fetch(raw_session, "POST", proxy.url + "/api/generate", {"model": "m"})
+    assert status == 502
+    message = orjson.loads(body)["error"]
+    assert message.startswith(
+        f"ollama-tap: cannot reach Ollama at http://127.0.0.1:{unused_tcp_port}"
+    )
+    status, _, body = await fetch(raw_session, "POST", proxy.url + "/v1/chat/completions", {})
+    assert status == 502
+    assert orjson.loads(body)["error"]["message"].startswith("ollama-tap: cannot reach Ollama")
+    status, _, body = await fetch(raw_session, "POST", proxy.url + "/v1/messages", {})
+    assert status == 502
+    doc = orjson.loads(body)
+    assert doc["type"] == "error" and doc["error"]["message"].startswith("ollama-tap:")
+    assert proxy.sample(
+        "ollama_tap_request_errors_total",
+        {"endpoint": "/api/generate", "model": "m", "kind": "upstream_unreachable"},
+    ) in (1.0, None)  # the label may be "other" when the name is unknown; checked in metrics tests
+
+
+async def test_upstream_dying_mid_stream_cuts_the_client_like_a_direct_connection(
+    proxy: Proxy, fake_ollama: FakeOllama, raw_session: aiohttp.ClientSession
+) -> None:
+    fake_ollama.script = Script(tokens=["a"] * 10, die_after=3)
+    body = {"model": "llama3.2", "prompt": "hi"}
+    for base in (fake_ollama.url, proxy.url):
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await fetch(raw_session, "POST", base + "/api/generate", body)
+    fake_ollama.script = Script()
+    status, _, _ = await fetch(raw_session, "POST", proxy.url + "/api/generate", body)
+    assert status == 200
+
+
+async def test_healthz_needs_no_auth_and_reveals_nothing(
+    proxy: Proxy, raw_session: aiohttp.ClientSession
+) -> None:
+    for _ in range(50):
+        status, _, body = await fetch(raw_session, "GET", proxy.url + "/_tap/healthz")
+        if orjson.loads(body) == {"upstream": "up"}:
+            break
+        await asyncio.sleep(0.05)
+    assert status == 200
+    assert orjson.loads(body) == {"upstream": "up"}
+
+
+class Spy:
+    """An observer that keeps every exchange it sees end."""
+
+    name = "spy"
+
+    def __init__(self) -> None:
+        self.ended: list[Any] = []
+
+    def response(self, ex: Any) -> None:
+        self.ended.append(ex)
+
+    error = response
+
+
+async def test_stream_error_and_incomplete_outcomes(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama, raw_session: aiohttp.ClientSession
+) -> None:
+    spy = Spy()
+    proxy = await proxy_factory(observers=(spy,))
+    body = {"model": "llama3.2", "prompt": "hi"}
+    fake_ollama.script = Script(error_after=2)
+    await fetch(raw_session, "POST", proxy.url + "/api/generate", body)
+    fake_ollama.script = Script(no_final=True)
+    await fetch(raw_session, "POST", proxy.url + "/api/generate", body)
+    fake_ollama.script = Script()
+    await fetch(raw_session, "POST", proxy.url + "/api/generate", body)
+    await fetch(raw_session, "POST", proxy.url + "/api/generate", {"model": "nope", "prompt": "x"})
+    assert [ex.outcome for ex in spy.ended] == [
+        Outcome.STREAM_ERROR,
+        Outcome.INCOMPLETE,
+        Outcome.OK,
+        Outcome.UPSTREAM_ERROR,
+    ]
+    assert spy.ended[0].error_message == Script().error_message
+    assert [ex.request.model for ex in spy.ended] == ["llama3.2"] * 3 + ["nope"]

@@ -1,0 +1,264 @@
+"""The upstream poller against a tiny fake Ollama whose /api/* answers the tests change."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from prometheus_client import CollectorRegistry
+
+from proxy.config import Settings
+from proxy.exchange import Exchange, Outcome, Usage
+from proxy.metrics import MetricsObserver
+from proxy.names import ModelLabels
+from proxy.upstream import UpstreamPoller
+
+DIGEST_A, DIGEST_B, DIGEST_A2 = "a" * 64, "b" * 64, "c" * 64
+
+
+def tag(name: str, digest: str, family: str = "llama") -> dict[str, Any]:
+    details = {"family": family, "parameter_size": "3.2B", "quantization_level": "Q4_K_M"}
+    return {"name": name, "model": name, "digest": digest, "size": 2_000, "details": details}
+
+
+def ps_entry(name: str, digest: str, ctx: int = 4096, vram: int = 1_500) -> dict[str, Any]:
+    return {**tag(name, digest), "size": 2_000, "size_vram": vram, "context_length": ctx}
+
+
+class FakeOllama:
+    """State the tests edit, served as Ollama would; `hits` counts requests per path."""
+
+    def __init__(self) -> None:
+        self.version = "0.33.0"
+        self.tags: list[Any] = [
+            tag("llama3.2:latest", DIGEST_A),
+            tag("qwen3:8b", DIGEST_B, "qwen3"),
+        ]
+        self.ps: Any = [ps_entry("llama3.2:latest", DIGEST_A)]
+        self.failing = False
+        self.hits: Counter[str] = Counter()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/api/version", self._json(lambda: {"version": self.version}))
+        app.router.add_get("/api/tags", self._json(lambda: {"models": self.tags}))
+        app.router.add_get("/api/ps", self._json(lambda: {"models": self.ps}))
+        app.router.add_post("/api/show", self._show)
+        return app
+
+    def _json(self, body: Callable[[], Any]) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.Response:
+            self.hits[request.path] += 1
+            if self.failing:
+                return web.json_response({"error": "boom"}, status=500)
+            return web.json_response(body())
+
+        return handle
+
+    async def _show(self, request: web.Request) -> web.Response:
+        name = (await request.json())["model"]
+        self.hits[f"/api/show {name}"] += 1
+        entry = next((t for t in self.tags if t["name"] == name), None)
+        if entry is None:
+            return web.json_response({"error": f"model '{name}' not found"}, status=404)
+        return web.json_response({"details": entry["details"], "model_info": {}})
+
+
+@pytest.fixture
+def fake() -> FakeOllama:
+    return FakeOllama()
+
+
+@pytest.fixture
+async def server(fake: FakeOllama, aiohttp_server: Any) -> TestServer:
+    srv: TestServer = await aiohttp_server(fake.app())
+    return srv
+
+
+class Rig:
+    def __init__(self, upstream: str, session: aiohttp.ClientSession) -> None:
+        self.registry = CollectorRegistry()
+        self.labels = ModelLabels(10)
+        settings = Settings.model_validate({"upstream": upstream, "poll_interval": 0.05})
+        self.poller = UpstreamPoller(settings, self.registry, self.labels, session=session)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(f"ollama_tap_{name}", labels)
+
+    async def settle(self) -> None:
+        """Wait for the reads the poller scheduled (poke_ps, refresh_tags)."""
+        await asyncio.gather(*self.poller._pending.values())
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+@pytest.fixture
+def rig(server: TestServer, session: aiohttp.ClientSession) -> Rig:
+    return Rig(str(server.make_url("")), session)
+
+
+async def test_first_poll_sets_upstream_and_model_gauges(rig: Rig) -> None:
+    await rig.poller.poll()
+    assert rig.poller.up
+    assert rig.value("upstream_up") == 1
+    assert rig.value("upstream_info", version="0.33.0") == 1
+    llama = {"model": "llama3.2:latest"}
+    assert rig.value("model_loaded", **llama) == 1
+    assert rig.value("model_vram_bytes", **llama) == 1_500
+    assert rig.value("model_size_bytes", **llama) == 2_000
+    assert rig.value("model_context_length", **llama) == 4096
+    assert rig.value("model_loads_total", **llama) == 0, "models loaded before start are a baseline"
+    info = {"family": "qwen3", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
+    assert rig.value("model_info", model="qwen3:8b", **info) == 1
+    assert rig.labels.is_known("QWEN3:8B")
+    assert rig.poller.context_length("llama3.2") == 4096
+    assert rig.poller.context_length("qwen3:8b") is None
+    assert rig.poller.digest_of("Llama3.2") == DIGEST_A
+    assert rig.poller.digest_of("not a name") is None
+
+
+async def test_ps_transitions_count_loads_and_unloads(rig: Rig, fake: FakeOllama) -> None:
+    await rig.poller.poll()
+    fake.ps = [ps_entry("qwen3:8b", DIGEST_B, ctx=8192, vram=1_000)]
+    await rig.poller.poll()
+    assert rig.value("model_loads_total", model="qwen3:8b") == 1
+    assert rig.value("model_unloads_total", model="llama3.2:latest") == 1
+    assert rig.value("model_loaded", model="llama3.2:latest") == 0
+    assert rig.value("model_vram_bytes", model="llama3.2:latest") is None
+    assert rig.value("model_context_length", model="qwen3:8b") == 8192
+    assert rig.poller.context_length("llama3.2") is None
+    await rig.poller.poll()
+    assert rig.value("model_loads_total", model="qwen3:8b") == 1, "no change, no count"
+
+
+async def test_version_change_replaces_the_info_series(rig: Rig, fake: FakeOllama) -> None:
+    await rig.poller.poll()
+    fake.version = "0.34.0"
+    await rig.poller.poll()
+    assert rig.value("upstream_info", version="0.33.0") is None
+    assert rig.value("upstream_info", version="0.34.0") == 1
+
+
+async def test_show_is_read_once_per_digest(rig: Rig, fake: FakeOllama) -> None:
+    for _ in range(3):
+        await rig.poller.poll()
+    assert fake.hits["/api/show llama3.2:latest"] == 1
+    assert fake.hits["/api/show qwen3:8b"] == 1
+    fake.tags[0] = tag("llama3.2:latest", DIGEST_A2, family="llama4")
+    await rig.poller.poll()
+    await rig.poller.poll()
+    assert fake.hits["/api/show llama3.2:latest"] == 2
+    old = {"family": "llama", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
+    assert rig.value("model_info", model="llama3.2:latest", **old) is None
+    assert rig.value("model_info", model="llama3.2:latest", **{**old, "family": "llama4"}) == 1
+    assert rig.poller.digest_of("llama3.2") == DIGEST_A2
+
+
+async def test_deleted_model_loses_its_info(rig: Rig, fake: FakeOllama) -> None:
+    await rig.poller.poll()
+    fake.tags = fake.tags[:1]
+    await rig.poller.poll()
+    info = {"family": "qwen3", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
+    assert rig.value("model_info", model="qwen3:8b", **info) is None
+    assert not rig.labels.is_known("qwen3:8b")
+
+
+async def test_failing_upstream_is_down_and_counted(rig: Rig, fake: FakeOllama) -> None:
+    await rig.poller.poll()
+    fake.failing = True
+    await rig.poller.poll()
+    assert not rig.poller.up
+    assert rig.value("upstream_up") == 0
+    assert rig.value("upstream_poll_errors_total") == 1, "down: one read per round, one error"
+    assert rig.value("model_loaded", model="llama3.2:latest") == 1, "last known state is kept"
+    fake.failing = False
+    await rig.poller.poll()
+    assert rig.value("upstream_up") == 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_unreachable_upstream_is_down(session: aiohttp.ClientSession) -> None:
+    rig = Rig(f"http://127.0.0.1:{free_port()}", session)
+    await rig.poller.poll()
+    await rig.poller.poll()
+    assert not rig.poller.up
+    assert rig.value("upstream_up") == 0
+    assert rig.value("upstream_poll_errors_total") == 2
+    assert rig.poller.context_length("llama3.2") is None
+
+
+async def test_malformed_replies_are_poll_errors(rig: Rig, fake: FakeOllama) -> None:
+    fake.tags = [{"name": 3}, "junk", {"name": "ok:1", "digest": 7}]
+    fake.ps = {"models": "nope"}
+    await rig.poller.poll()
+    assert rig.poller.up
+    assert rig.labels.is_known("ok:1")
+    assert rig.poller.context_length("llama3.2") is None
+
+
+async def test_unknown_name_refreshes_tags_once_within_the_limit(
+    rig: Rig, fake: FakeOllama
+) -> None:
+    await rig.poller.poll()
+    fake.tags.append(tag("just-pulled:latest", DIGEST_A2))
+    tags_reads = fake.hits["/api/tags"]
+    assert rig.labels.label("just-pulled") == "just-pulled:latest"
+    rig.labels.label("another-unknown")
+    await rig.settle()
+    assert fake.hits["/api/tags"] == tags_reads + 1
+    assert rig.labels.is_known("just-pulled")
+
+
+async def test_poke_ps_reads_ps_soon(rig: Rig, fake: FakeOllama) -> None:
+    await rig.poller.poll()
+    fake.ps = [ps_entry("llama3.2:latest", DIGEST_A, ctx=32768)]
+    rig.poller.poke_ps()
+    rig.poller.poke_ps()
+    await rig.settle()
+    assert fake.hits["/api/ps"] == 2, "two pokes while one read is pending make one read"
+    assert rig.poller.context_length("llama3.2") == 32768
+
+
+async def test_utilization_uses_the_polled_num_ctx(rig: Rig) -> None:
+    await rig.poller.poll()
+    observer = MetricsObserver(rig.registry, rig.labels, rig.poller)
+    ex = Exchange("POST", "/api/chat", "", "/api/chat", "127.0.0.1", {}, started=1.0)
+    ex.request.model, ex.status, ex.outcome, ex.ended = "llama3.2", 200, Outcome.OK, 3.0
+    ex.usage = Usage(prompt_eval_count=1000, eval_count=24, has_timings=True)
+    observer.request(ex)
+    observer.response(ex)
+    labels = {"endpoint": "/api/chat", "model": "llama3.2:latest"}
+    assert rig.registry.get_sample_value("ollama_tap_context_utilization_ratio_sum", labels) == 0.25
+
+
+async def test_start_polls_and_stop_ends_cleanly(server: TestServer) -> None:
+    registry = CollectorRegistry()
+    settings = Settings.model_validate(
+        {"upstream": str(server.make_url("")), "poll_interval": 0.02}
+    )
+    poller = UpstreamPoller(settings, registry, ModelLabels(10))
+    await poller.start()
+    for _ in range(200):
+        if poller.up:
+            break
+        await asyncio.sleep(0.01)
+    assert poller.up
+    await poller.stop()
+    assert poller._session is None
