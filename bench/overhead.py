@@ -24,43 +24,17 @@ import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
-
-UPSTREAM_CODE = r'''
-import asyncio, sys, time
-from aiohttp import web
-
-async def generate(request):
-    body = await request.json()
-    n = int(body.get("n", 500)); delay = float(body.get("delay", 0))
-    resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await resp.prepare(request)
-    for i in range(n):
-        await resp.write(b'{"model":"bench","created_at":"2026-01-01T00:00:00.000000Z","response":" tok","done":false}\n')
-        if delay:
-            await asyncio.sleep(delay)
-    await resp.write(b'{"model":"bench","created_at":"2026-01-01T00:00:01.000000Z","response":"","done":true,"done_reason":"stop","total_duration":1000000,"load_duration":1000,"prompt_eval_count":10,"prompt_eval_duration":1000,"eval_count":%d,"eval_duration":900000}\n' % n)
-    return resp
-
-async def root(request):
-    return web.Response(text="Ollama is running")
-
-app = web.Application()
-app.router.add_post("/api/generate", generate)
-app.router.add_get("/", root)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
-'''
 
 NGINX_CONF = """
 worker_processes 1;
@@ -99,14 +73,19 @@ def free_port() -> int:
 
 
 def cpu_seconds(pids: list[int]) -> float:
+    """CPU time of these processes (all threads), in seconds, to the nanosecond.
+
+    /proc/PID/schedstat counts on-CPU nanoseconds; /proc/PID/stat's clock ticks (10 ms)
+    are far too coarse for a few thousand chunks.
+    """
     total = 0
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / TICK
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    return total / 1e9
 
 
 def rss_mb(pids: list[int]) -> float:
@@ -158,9 +137,7 @@ async def wait_up(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-async def one_stream(
-    session: aiohttp.ClientSession, url: str, w: Workload
-) -> tuple[float, int]:
+async def one_stream(session: aiohttp.ClientSession, url: str, w: Workload) -> tuple[float, int]:
     start = time.perf_counter()
     ttft = -1.0
     lines = 0
@@ -178,7 +155,9 @@ async def run_round(target: Target, w: Workload) -> tuple[list[float], int, floa
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         await one_stream(session, target.url, Workload("warm", 1, 5, 0))
         before = cpu_seconds(target.pids)
-        results = await asyncio.gather(*(one_stream(session, target.url, w) for _ in range(w.streams)))
+        results = await asyncio.gather(
+            *(one_stream(session, target.url, w) for _ in range(w.streams))
+        )
         cpu = cpu_seconds(target.pids) - before
     ttfts = [r[0] for r in results]
     chunks = sum(r[1] for r in results)
@@ -195,7 +174,9 @@ def start_nginx(up_port: int, tmp: Path) -> tuple[subprocess.Popen[bytes], Targe
     if not Path(nginx).exists() and os.geteuid() == 0:
         subprocess.run(
             "apt-get install -y -qq nginx-light || apt-get install -y -qq nginx",
-            shell=True, check=False, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            shell=True,
+            check=False,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
         )
     if not Path(nginx).exists():
         print("nginx not available; its column is skipped", file=sys.stderr)
@@ -207,7 +188,9 @@ def start_nginx(up_port: int, tmp: Path) -> tuple[subprocess.Popen[bytes], Targe
     return proc, Target("nginx", f"http://127.0.0.1:{port}", [proc.pid])
 
 
-def start_tap(up_port: int, tmp: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Target]:
+def start_tap(
+    up_port: int, tmp: Path, extra_env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], Target]:
     port = free_port()
     env = {
         **os.environ,
@@ -217,49 +200,76 @@ def start_tap(up_port: int, tmp: Path, extra_env: dict[str, str]) -> tuple[subpr
         **extra_env,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy", "serve", "--port", str(port),
-         "--upstream", f"http://127.0.0.1:{up_port}"],
-        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--port",
+            str(port),
+            "--upstream",
+            f"http://127.0.0.1:{up_port}",
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     return proc, Target("ollama-tap", f"http://127.0.0.1:{port}", [proc.pid])
 
 
-async def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
-    parser.add_argument("--tap-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="environment for ollama-tap (repeatable), e.g. OLLAMA_TAP_RECORD=off")
+    parser.add_argument(
+        "--tap-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment for ollama-tap (repeatable), e.g. OLLAMA_TAP_RECORD=off",
+    )
     parser.add_argument("--no-nginx", action="store_true")
-    args = parser.parse_args()
-    tap_env = dict(item.split("=", 1) for item in args.tap_env)
+    return parser.parse_args()
 
+
+async def bring_up(targets: list[Target], tap: Target, spawned: float) -> float:
+    """Wait for every relay; returns ollama-tap's start-up time (spawn to first reply)."""
+    await wait_up(targets[0].url)
+    await wait_up(tap.url)
+    startup = time.perf_counter() - spawned
+    for t in targets[1:]:
+        await wait_up(t.url)
+        t.pids += children(t.pids[0])
+    return startup
+
+
+def main() -> int:
+    args = parse_args()
+    tap_env = dict(item.split("=", 1) for item in args.tap_env)
     tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-bench-"))
     up_port = free_port()
-    procs: list[subprocess.Popen[bytes]] = []
-    upstream = subprocess.Popen([sys.executable, "-c", UPSTREAM_CODE, str(up_port)])
-    procs.append(upstream)
+    upstream = [sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)]
+    procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(upstream)]
     targets = [Target("direct", f"http://127.0.0.1:{up_port}")]
     try:
-        await wait_up(targets[0].url)
         if not args.no_nginx and (started := start_nginx(up_port, tmp)):
             procs.append(started[0])
             targets.append(started[1])
+        spawned = time.perf_counter()
         proc, tap = start_tap(up_port, tmp, tap_env)
         procs.append(proc)
         targets.append(tap)
-        for t in targets[1:]:
-            await wait_up(t.url)
-            t.pids += children(t.pids[0])
-        t0 = time.perf_counter()
-        await wait_up(tap.url)
-        report = await measure(targets, args.rounds)
+        startup = asyncio.run(bring_up(targets, tap, spawned))
+        report = asyncio.run(measure(targets, args.rounds))
+        report["tap_startup_s"] = startup
         report["tap_rss_mb"] = rss_mb(tap.pids)
         report["tap_env"] = tap_env
         print_report(report)
         if args.json:
             args.json.write_text(json.dumps(report, indent=2))
-        del t0
     finally:
         for p in reversed(procs):
             p.send_signal(signal.SIGTERM)
@@ -272,8 +282,8 @@ async def main() -> int:
     return 0
 
 
-async def measure(targets: list[Target], rounds: int) -> dict[str, object]:
-    out: dict[str, object] = {"workloads": []}
+async def measure(targets: list[Target], rounds: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"workloads": []}
     for w in WORKLOADS:
         ttfts: dict[str, list[float]] = {t.name: [] for t in targets}
         cpu: dict[str, float] = {t.name: 0.0 for t in targets}
@@ -284,34 +294,42 @@ async def measure(targets: list[Target], rounds: int) -> dict[str, object]:
                 ttfts[t.name] += tt
                 chunks[t.name] += n
                 cpu[t.name] += c
-        row: dict[str, object] = {"workload": w.name, "targets": {}}
+        row: dict[str, Any] = {"workload": w.name, "targets": {}}
         for t in targets:
-            row["targets"][t.name] = {  # type: ignore[index]
+            row["targets"][t.name] = {
                 "ttft_p50_ms": pct(ttfts[t.name], 0.5) * 1000,
                 "ttft_p99_ms": pct(ttfts[t.name], 0.99) * 1000,
                 "cpu_us_per_chunk": cpu[t.name] / max(chunks[t.name], 1) * 1e6 if t.pids else None,
                 "chunks": chunks[t.name],
             }
-        out["workloads"].append(row)  # type: ignore[attr-defined]
+        out["workloads"].append(row)
     return out
 
 
-def print_report(report: dict[str, object]) -> None:
-    for row in report["workloads"]:  # type: ignore[attr-defined]
+def print_report(report: dict[str, Any]) -> None:
+    head = ("target", "TTFT p50", "p99", "+p50", "+p99", "CPU µs/chunk", "× nginx")
+    for row in report["workloads"]:
         print(f"\n{row['workload']}")
+        print("  {:<11} {:>9} {:>8} {:>7} {:>7} {:>13} {:>8}".format(*head))
         data = row["targets"]
         direct = data["direct"]
-        print(f"  {'target':<11} {'TTFT p50':>9} {'p99':>8} {'+p50':>7} {'+p99':>7} {'CPU µs/chunk':>13} {'× nginx':>8}")
         nginx_cpu = data.get("nginx", {}).get("cpu_us_per_chunk")
         for name, d in data.items():
-            added50 = d["ttft_p50_ms"] - direct["ttft_p50_ms"]
-            added99 = d["ttft_p99_ms"] - direct["ttft_p99_ms"]
             cpu = d["cpu_us_per_chunk"]
-            ratio = f"{cpu / nginx_cpu:.2f}" if cpu and nginx_cpu else "-"
-            cpu_text = f"{cpu:.1f}" if cpu is not None else "-"
-            print(f"  {name:<11} {d['ttft_p50_ms']:>7.2f}ms {d['ttft_p99_ms']:>6.2f}ms {added50:>+7.2f} {added99:>+7.2f} {cpu_text:>13} {ratio:>8}")
-    print(f"\nollama-tap RSS after the run: {report['tap_rss_mb']:.0f} MB")
+            print(
+                "  {:<11} {:>7.2f}ms {:>6.2f}ms {:>+7.2f} {:>+7.2f} {:>13} {:>8}".format(
+                    name,
+                    d["ttft_p50_ms"],
+                    d["ttft_p99_ms"],
+                    d["ttft_p50_ms"] - direct["ttft_p50_ms"],
+                    d["ttft_p99_ms"] - direct["ttft_p99_ms"],
+                    "-" if cpu is None else f"{cpu:.1f}",
+                    f"{cpu / nginx_cpu:.2f}" if cpu and nginx_cpu else "-",
+                )
+            )
+    print(f"\nollama-tap start-up to first reply: {report['tap_startup_s'] * 1000:.0f} ms")
+    print(f"ollama-tap RSS after the run: {report['tap_rss_mb']:.0f} MB")
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

@@ -12,8 +12,6 @@ from pydantic.fields import FieldInfo
 
 from proxy.config import ConfigError, Settings
 
-SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
-
 
 def _flag_help(name: str, field: FieldInfo) -> str:
     default = field.default
@@ -90,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _register_optional(sub: SubParsers) -> None:
+def _register_optional(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from proxy.recorder.commands import register as register_records
     from proxy.tokens.commands import register as register_tokens
 

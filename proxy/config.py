@@ -42,8 +42,7 @@ class Settings(BaseSettings):
     port: Annotated[int, Field(ge=0, le=65535)] = Field(11435, description="Port to listen on.")
     upstream: str | None = Field(
         None,
-        description="Ollama's URL; else OLLAMA_HOST (Ollama's own rules), else "
-        + DEFAULT_UPSTREAM,
+        description="Ollama's URL; else OLLAMA_HOST (Ollama's own rules), else " + DEFAULT_UPSTREAM,
     )
     metrics_path: str = Field("/metrics", description="Path of the Prometheus endpoint.")
     body_tee_limit: Annotated[int, Field(ge=0)] = Field(

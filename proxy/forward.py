@@ -276,14 +276,20 @@ class _Relay:
         fwd = self.fwd
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, TimeoutError):
-            status, message = 504, (
-                f"ollama-tap: Ollama at {fwd.upstream} did not answer in time ({reason}); "
-                "check that it is running, or raise --connect-timeout / --read-timeout."
+            status, message = (
+                504,
+                (
+                    f"ollama-tap: Ollama at {fwd.upstream} did not answer in time ({reason}); "
+                    "check that it is running, or raise --connect-timeout / --read-timeout."
+                ),
             )
         else:
-            status, message = 502, (
-                f"ollama-tap: cannot reach Ollama at {fwd.upstream}: {reason}; "
-                "start Ollama or point --upstream / OLLAMA_TAP_UPSTREAM at it."
+            status, message = (
+                502,
+                (
+                    f"ollama-tap: cannot reach Ollama at {fwd.upstream}: {reason}; "
+                    "start Ollama or point --upstream / OLLAMA_TAP_UPSTREAM at it."
+                ),
             )
         return await self.proxy_error(status, message, Outcome.UPSTREAM_UNREACHABLE)
 

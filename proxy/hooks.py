@@ -85,4 +85,3 @@ class Hooks:
     def end(self, ex: Exchange) -> None:
         """Fire ``response`` or ``error`` according to ``ex.outcome``."""
         self._call("response" if ex.outcome in _RESPONSE_OUTCOMES else "error", ex)
-

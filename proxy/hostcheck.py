@@ -65,10 +65,7 @@ def allowed_host(host_header: str) -> bool:
         private = any(ip in net for net in _PRIVATE if net.version == ip.version)
         return ip.is_loopback or ip.is_unspecified or private or str(ip) in _machine()[1]
     lowered = host.lower()
-    return (
-        lowered in ("", "localhost", _machine()[0])
-        or lowered.endswith(_LOCAL_SUFFIXES)
-    )
+    return lowered in ("", "localhost", _machine()[0]) or lowered.endswith(_LOCAL_SUFFIXES)
 
 
 @web.middleware

@@ -20,7 +20,7 @@ def _loop() -> asyncio.AbstractEventLoop:
         import uvloop
     except ImportError:
         return asyncio.new_event_loop()
-    return uvloop.new_event_loop()  # type: ignore[no-any-return]
+    return uvloop.new_event_loop()
 
 
 def _ssl(settings: Settings) -> ssl.SSLContext | None:

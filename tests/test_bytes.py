@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import aiohttp
 import pytest
@@ -54,7 +53,7 @@ async def scripted(
     up = ScriptedUpstream()
     server = await aiohttp_server(up.app())
     proxy = await proxy_factory(upstream=str(server.make_url("")).rstrip("/"))
-    yield up, proxy
+    return up, proxy
 
 
 @settings(

@@ -31,7 +31,12 @@ from proxy.config import ConfigError, RecordMode, Settings, parse_ollama_host, r
 )
 def test_ollama_host_parsing_follows_ollama(value: str, expected: str) -> None:
     got, want = resolve_upstream(None, value), URL(expected)
-    assert (got.scheme, got.host, got.port, got.path) == (want.scheme, want.host, want.port, want.path)
+    assert (got.scheme, got.host, got.port, got.path) == (
+        want.scheme,
+        want.host,
+        want.port,
+        want.path,
+    )
 
 
 def test_precedence_explicit_then_ollama_host_then_default() -> None:

@@ -55,7 +55,7 @@ async def slow_upstream(
 ) -> AsyncIterator[tuple[SlowUpstream, str]]:
     up = SlowUpstream()
     server = await aiohttp_server(up.app())
-    yield up, str(server.make_url("")).rstrip("/")
+    return up, str(server.make_url("")).rstrip("/")
 
 
 @pytest.mark.parametrize("cancellation", [True, False], ids=["CancelledError", "ConnectionReset"])
@@ -64,9 +64,7 @@ async def test_client_disconnect_closes_upstream_and_is_recorded(
 ) -> None:
     up, url = slow_upstream
     spy = Spy()
-    proxy = await proxy_factory(
-        upstream=url, observers=(spy,), handler_cancellation=cancellation
-    )
+    proxy = await proxy_factory(upstream=url, observers=(spy,), handler_cancellation=cancellation)
     async with aiohttp.ClientSession() as s:
         resp = await s.post(proxy.url + "/api/generate", json={"model": "m", "prompt": "x"})
         await resp.content.readline()

@@ -166,7 +166,7 @@ async def test_dns_rebinding_is_refused_like_ollama(
     proxy: Proxy, raw_session: aiohttp.ClientSession
 ) -> None:
     for path in ("/api/tags", "/_tap/healthz", "/metrics", "/_tap/api/records"):
-        status, headers, body = await fetch(
+        status, _headers, body = await fetch(
             raw_session, "GET", proxy.url + path, headers={"Host": "evil.example.com"}
         )
         assert (status, body) == (403, b""), path

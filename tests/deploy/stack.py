@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,9 @@ PROCESS_SERIES = frozenset({"process_cpu_seconds_total", "process_resident_memor
 
 
 def tool(name: str, why: str) -> str:
-    """The path of a command-line tool, or skip the test saying how to get it."""
-    path = shutil.which(name)
+    """The path of a command-line tool (on PATH or beside this Python, as wheels install
+    their binaries into the venv), or skip the test saying how to get it."""
+    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
     if path is None:
         pytest.skip(f"{name} is not on PATH: {why}")
     return path
