@@ -99,7 +99,8 @@ def make_app(
     labels = ModelLabels(settings.model_label_cap)
     poller = UpstreamPoller(settings, registry, labels)
     recorder = Recorder(settings, registry, digest_of=poller.digest_of)
-    builtin = [MetricsObserver(registry, labels, poller), recorder, AccessLog()]
+    metrics = [MetricsObserver(registry, labels, poller)] if settings.metrics else []
+    builtin = [*metrics, recorder, AccessLog()]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS] = poller, recorder, hooks
 
@@ -110,7 +111,8 @@ def make_app(
         settings, hooks, session=lambda: app[SESSION], shutting_down=lambda: app[SHUTTING_DOWN][0]
     )
     app.router.add_get("/_tap/healthz", healthz)
-    app.router.add_get(settings.metrics_path, metrics_handler(registry))
+    if settings.metrics:
+        app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder)
     # Last: everything else, any method, goes to Ollama.
     app.router.add_route("*", "/{tail:.*}", forwarder.handle)

@@ -44,6 +44,7 @@ class Settings(BaseSettings):
         None,
         description="Ollama's URL; else OLLAMA_HOST (Ollama's own rules), else " + DEFAULT_UPSTREAM,
     )
+    metrics: bool = Field(True, description="Measure exchanges and serve the metrics path.")
     metrics_path: str = Field("/metrics", description="Path of the Prometheus endpoint.")
     body_tee_limit: Annotated[int, Field(ge=0)] = Field(
         8 * MiB, description="Bytes of a JSON request body copied aside to read its fields."
