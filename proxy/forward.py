@@ -156,32 +156,49 @@ class _Relay:
             ex.request = ollama.parse_request_fields(body, truncated or self.tee_buf is None)
         self.hooks.request(ex)
 
+    def tee_piece(self, data: bytes) -> None:
+        self.ex.request_bytes += len(data)
+        if self.tee_buf is not None:
+            if len(self.tee_buf) + len(data) <= self.fwd.settings.body_tee_limit:
+                self.tee_buf += data
+            else:
+                self.tee_buf = None
+
     async def body(self) -> AsyncIterator[bytes]:
-        limit = self.fwd.settings.body_tee_limit
-        ex = self.ex
         async for data in self.request.content.iter_any():
-            ex.request_bytes += len(data)
-            if self.tee_buf is not None:
-                if len(self.tee_buf) + len(data) <= limit:
-                    self.tee_buf += data
-                else:
-                    self.tee_buf = None
+            self.tee_piece(data)
             yield data
         self.fire_request()
+
+    async def upload(self) -> bytes | AsyncIterator[bytes] | None:
+        """What to send upstream: nothing, the body at hand, or the body as it streams in.
+
+        A body that arrived whole with the request head (every small JSON request) goes in
+        one write: nothing is held back, and the upstream gets the request a few hundred
+        microseconds sooner than through the streaming path.
+        """
+        content = self.request.content
+        if not self.request.body_exists:
+            self.fire_request()
+            return None
+        if content.is_eof():
+            data = await content.read()
+            self.tee_piece(data)
+            self.fire_request()
+            return data
+        return self.body()
 
     # -- the exchange -------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
         request = self.request
-        has_body = request.body_exists
-        if not has_body:
-            self.fire_request()
+        data = await self.upload()
         try:
             up = await self.fwd._session().request(
                 request.method,
                 self.fwd.target(request),
                 headers=upstream_headers(request.headers, self.fwd.upstream_host),
-                data=self.body() if has_body else None,
+                data=data,
                 allow_redirects=False,
                 timeout=self.fwd.timeout,
             )

@@ -51,7 +51,9 @@ def split_host(host_header: str) -> str | None:
     return host_header
 
 
+@lru_cache(maxsize=256)
 def allowed_host(host_header: str) -> bool:
+    """Ollama's verdict on a Host header (cached: clients send the same few values)."""
     host = split_host(host_header)
     if host is None:
         return False
