@@ -93,3 +93,24 @@ async def test_openai_chat_streaming_with_usage(proxy: Proxy) -> None:
     )
     assert reply.choices[0].message.content == "The sky is blue."
     await client.close()
+
+
+async def test_early_answer_for_a_known_blob_mid_upload(
+    proxy: Proxy, fake_ollama: FakeOllama
+) -> None:
+    import aiohttp
+
+    data = b"x" * (20 * 1024 * 1024)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    fake_ollama.blobs[digest] = data
+
+    async def slow_body() -> object:
+        for i in range(0, len(data), 1 << 20):
+            yield data[i : i + (1 << 20)]
+
+    async with aiohttp.ClientSession() as s:
+        for base in (fake_ollama.url, proxy.url):
+            async with s.post(f"{base}/api/blobs/{digest}", data=slow_body()) as resp:
+                assert resp.status == 200, base
+        async with s.get(proxy.url + "/api/version") as resp:
+            assert resp.status == 200

@@ -1,0 +1,311 @@
+"""Metrics through the real proxy: injected delays come back as measured, rates as defined.
+
+The fake Ollama injects a load, a parallel-slot wait (inside `total_duration` only), a prefill
+and a per-token delay; the official clients drive the traffic. Timings are checked against
+the injected truth within `TOL` (these are not benchmarks); everything Ollama reports is
+checked exactly against the final object the client received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import ollama
+import openai
+import orjson
+import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as parse_openmetrics,
+)
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from tests.conftest import MakeProxy, Proxy
+from tests.fake_ollama import FakeOllama, Script
+
+LOAD, QUEUE, PREFILL, TOKEN = 0.3, 0.2, 0.1, 0.03
+TOL = 0.04
+"""Allowed distance between a measured time and the injected one, in seconds."""
+GAP_TOL = 0.015
+"""Allowed distance between the mean inter-token gap and the injected token delay."""
+
+LLAMA = "llama3.2:latest"
+QWEN = "qwen3:8b"
+MESSAGES = [{"role": "user", "content": "Why is the sky blue?"}]
+
+
+# --- helpers shared with test_metrics_shapes ---------------------------------------------
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait until `check()` holds (metrics land in the end hook, just after the last byte)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+def samples(proxy: Proxy, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample called `name` in the proxy's registry, with its labels."""
+    return [
+        (dict(s.labels), s.value)
+        for family in proxy.registry.collect()
+        for s in family.samples
+        if s.name == name
+    ]
+
+
+def in_flight(proxy: Proxy) -> float:
+    return sum(value for _, value in samples(proxy, "ollama_tap_requests_in_flight"))
+
+
+async def settled(proxy: Proxy) -> None:
+    """Wait until every exchange the proxy started has ended (and been measured)."""
+    await eventually(lambda: in_flight(proxy) == 0)
+
+
+def hist(proxy: Proxy, name: str, **labels: str) -> tuple[float, float]:
+    """(count, sum) of one histogram series; (0, 0) when it was never observed."""
+    full = f"ollama_tap_{name}"
+    count = proxy.sample(f"{full}_count", labels)
+    total = proxy.sample(f"{full}_sum", labels)
+    return (count or 0.0, total or 0.0)
+
+
+def counter(proxy: Proxy, name: str, **labels: str) -> float | None:
+    return proxy.sample(f"ollama_tap_{name}", labels)
+
+
+def near(measured: float, expected: float, tol: float = TOL) -> bool:
+    return abs(measured - expected) <= tol
+
+
+def native(endpoint: str, model: str, stream: str | None = None) -> dict[str, str]:
+    labels = {"endpoint": endpoint, "model": model}
+    return labels if stream is None else {**labels, "stream": stream}
+
+
+async def upstream_polled(proxy: Proxy) -> None:
+    """Wait until the poller has read /api/version and /api/tags once."""
+    info = {"model": LLAMA, "family": "llama", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
+    await eventually(
+        lambda: proxy.sample("ollama_tap_upstream_up") == 1
+        and proxy.sample("ollama_tap_model_info", info) == 1
+    )
+
+
+# --- fidelity: injected delays come back, rates equal their definitions ------------------
+
+
+async def _stream_native(
+    client: ollama.AsyncClient, route: str, model: str, think: bool | None
+) -> list[Any]:
+    if route == "/api/generate":
+        stream = await client.generate(model, "Why is the sky blue?", stream=True, think=think)
+    else:
+        stream = await client.chat(model, messages=MESSAGES, stream=True, think=think)
+    return [part async for part in stream]
+
+
+@pytest.mark.parametrize(
+    ("route", "model", "thinking"),
+    [
+        ("/api/generate", LLAMA, []),
+        ("/api/chat", LLAMA, []),
+        ("/api/generate", QWEN, ["Rayleigh", " scattering", "?"]),
+        ("/api/chat", QWEN, ["Rayleigh", " scattering", "?"]),
+    ],
+    ids=["generate", "chat", "generate-thinking", "chat-thinking"],
+)
+async def test_streamed_timings_match_the_injected_delays(
+    proxy: Proxy, fake_ollama: FakeOllama, route: str, model: str, thinking: list[str]
+) -> None:
+    fake_ollama.script = Script(
+        load_delay=LOAD,
+        queue_delay=QUEUE,
+        prefill_delay=PREFILL,
+        token_delay=TOKEN,
+        thinking=thinking,
+    )
+    client = ollama.AsyncClient(host=proxy.url)
+    parts = await _stream_native(client, route, model, think=True if thinking else None)
+    await settled(proxy)
+    final = parts[-1]
+    pieces = len(thinking) + len(fake_ollama.script.tokens)
+    assert final.done and final.eval_count == pieces
+    labels = native(route, model)
+    streamed = native(route, model, "true")
+
+    ttft_count, ttft = hist(proxy, "time_to_first_token_seconds", **labels)
+    ttfc_count, ttfc = hist(proxy, "time_to_first_content_seconds", **labels)
+    assert ttft_count == ttfc_count == 1
+    assert near(ttft, LOAD + QUEUE + PREFILL), ttft
+    assert near(ttfc, ttft + len(thinking) * TOKEN, TOL / 2), (ttft, ttfc)
+    if thinking:
+        assert ttfc > ttft
+    else:
+        assert ttfc == ttft
+
+    gaps, gap_sum = hist(proxy, "inter_token_latency_seconds", **labels)
+    assert gaps == pieces - 1
+    assert near(gap_sum / gaps, TOKEN, GAP_TOL), gap_sum / gaps
+    rate_count, rate = hist(proxy, "observed_output_rate", **labels)
+    assert rate_count == 1 and near(rate, 1 / TOKEN, 0.25 / TOKEN), rate
+    duration_count, duration = hist(proxy, "request_duration_seconds", **streamed)
+    assert duration_count == 1
+    assert near(duration, LOAD + QUEUE + PREFILL + (pieces - 1) * TOKEN), duration
+
+    # Ollama's phases: near the injected delays, and exactly what the final object says.
+    phases = {
+        "load_duration_seconds": (LOAD, final.load_duration),
+        "prompt_eval_duration_seconds": (PREFILL, final.prompt_eval_duration),
+        "eval_duration_seconds": ((pieces - 1) * TOKEN, final.eval_duration),
+    }
+    for name, (injected, reported) in phases.items():
+        count, seconds = hist(proxy, name, **streamed)
+        assert count == 1 and seconds == reported / 1e9, name
+        assert near(seconds, injected), (name, seconds)
+    accounted = final.load_duration + final.prompt_eval_duration + final.eval_duration
+    queue_count, queue = hist(proxy, "queue_wait_seconds", **streamed)
+    assert queue_count == 1 and queue == max(0, final.total_duration - accounted) / 1e9
+    assert near(queue, QUEUE), queue
+
+    # Rates and token counts: exactly their definitions over the reported figures.
+    decode_count, decode = hist(proxy, "decode_tokens_per_second", **labels)
+    assert decode_count == 1
+    assert decode == final.eval_count / (final.eval_duration / 1e9)
+    pair = {"model": model, "ctx": "le4k"}
+    assert counter(proxy, "decode_tokens_total", **pair) == final.eval_count
+    assert counter(proxy, "decode_seconds_total", **pair) == final.eval_duration / 1e9
+    # This Ollama reports no prompt_eval_cached_count: no prefill rate, no prefill pair.
+    assert hist(proxy, "prefill_tokens_per_second", **labels) == (0, 0)
+    assert counter(proxy, "prefill_tokens_total", model=model) is None
+    assert counter(proxy, "prefill_seconds_total", model=model) is None
+    assert counter(proxy, "prompt_cached_tokens_total", **labels) is None
+    assert counter(proxy, "prompt_tokens_total", **labels) == final.prompt_eval_count
+    assert counter(proxy, "generation_tokens_total", **labels) == final.eval_count
+    context = hist(proxy, "context_tokens", **labels)
+    assert context == (1, final.prompt_eval_count + final.eval_count)
+
+    assert counter(proxy, "requests_total", **labels, status="200") == 1
+    assert counter(proxy, "responses_total", **labels, done_reason="stop") == 1
+    assert samples(proxy, "ollama_tap_request_errors_total") == []
+
+
+@pytest.mark.parametrize("route", ["/api/generate", "/api/chat"])
+async def test_queue_wait_and_phases_for_unstreamed_replies(
+    proxy: Proxy, fake_ollama: FakeOllama, route: str
+) -> None:
+    fake_ollama.script = Script(
+        load_delay=LOAD, queue_delay=QUEUE, prefill_delay=PREFILL, token_delay=TOKEN
+    )
+    client = ollama.AsyncClient(host=proxy.url)
+    if route == "/api/generate":
+        final: Any = await client.generate("llama3.2", "Why is the sky blue?")
+    else:
+        final = await client.chat("llama3.2", messages=MESSAGES)
+    await settled(proxy)
+    labels = native(route, LLAMA)
+    unstreamed = native(route, LLAMA, "false")
+    queue_count, queue = hist(proxy, "queue_wait_seconds", **unstreamed)
+    accounted = final.load_duration + final.prompt_eval_duration + final.eval_duration
+    assert queue_count == 1 and queue == max(0, final.total_duration - accounted) / 1e9
+    assert near(queue, QUEUE), queue
+    load_count, load = hist(proxy, "load_duration_seconds", **unstreamed)
+    assert load_count == 1 and near(load, LOAD)
+    decode_count, decode = hist(proxy, "decode_tokens_per_second", **labels)
+    assert decode_count == 1 and decode == final.eval_count / (final.eval_duration / 1e9)
+    # Time to first token, content and the gaps belong to streamed replies only.
+    for name in ("time_to_first_token_seconds", "time_to_first_content_seconds"):
+        assert hist(proxy, name, **labels) == (0, 0), name
+    assert hist(proxy, "inter_token_latency_seconds", **labels) == (0, 0)
+    assert hist(proxy, "load_duration_seconds", **native(route, LLAMA, "true")) == (0, 0)
+    duration_count, duration = hist(proxy, "request_duration_seconds", **unstreamed)
+    assert duration_count == 1 and near(duration, LOAD + QUEUE + PREFILL + 4 * TOKEN)
+
+
+async def _raw_generate(proxy: Proxy, body: dict[str, Any]) -> dict[str, Any]:
+    """Stream /api/generate with aiohttp and return the final object as sent (all fields)."""
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"{proxy.url}/api/generate", json=body) as resp:
+            lines = (await resp.read()).splitlines()
+    final: dict[str, Any] = orjson.loads(lines[-1])
+    assert final["done"] is True
+    return final
+
+
+GENERATE = {"model": "llama3.2", "prompt": "Why is the sky blue?"}
+GEN = native("/api/generate", LLAMA)
+
+
+async def test_prefill_rate_from_the_cached_count(proxy: Proxy, fake_ollama: FakeOllama) -> None:
+    fake_ollama.script = Script(
+        prefill_delay=0.05, token_delay=0.01, prompt_eval_count=26, prompt_eval_cached_count=20
+    )
+    final = await _raw_generate(proxy, GENERATE)
+    await settled(proxy)
+    processed = final["prompt_eval_count"] - final["prompt_eval_cached_count"]
+    seconds = final["prompt_eval_duration"] / 1e9
+    assert processed == 6
+    assert hist(proxy, "prefill_tokens_per_second", **GEN) == (1, processed / seconds)
+    assert counter(proxy, "prefill_tokens_total", model=LLAMA) == processed
+    assert counter(proxy, "prefill_seconds_total", model=LLAMA) == seconds
+    assert counter(proxy, "prompt_cached_tokens_total", **GEN) == 20
+    assert counter(proxy, "prompt_tokens_total", **GEN) == 26
+
+
+@pytest.mark.parametrize(
+    ("script", "decode_rate", "decode_pair", "prefill"),
+    [
+        (Script(token_delay=0.01, eval_count=1), False, True, False),
+        (Script(token_delay=0.01, zero_fields=("eval_duration",)), False, False, False),
+        (Script(token_delay=0.0, tokens=["a", "b"]), False, True, False),
+        (Script(token_delay=0.01, prompt_eval_cached_count=26), True, True, False),
+        (Script(token_delay=0.01, prompt_eval_cached_count=0), True, True, True),
+    ],
+    ids=[
+        "eval_count-1",
+        "zero-eval_duration",
+        "eval_duration-under-1ms",
+        "all-cached",
+        "cached-count-0",
+    ],
+)
+async def test_rate_guards(
+    proxy: Proxy,
+    fake_ollama: FakeOllama,
+    script: Script,
+    decode_rate: bool,
+    decode_pair: bool,
+    prefill: bool,
+) -> None:
+    fake_ollama.script = script
+    final = await _raw_generate(proxy, GENERATE)
+    await settled(proxy)
+    eval_count, eval_ns = final.get("eval_count", 0), final.get("eval_duration", 0)
+    # The script really is one the guard applies to (a Ollama-reported fact, not a timing).
+    assert decode_rate or eval_count < 2 or eval_ns < 1_000_000
+    expected_rate = (1, eval_count / (eval_ns / 1e9)) if decode_rate else (0, 0)
+    assert hist(proxy, "decode_tokens_per_second", **GEN) == expected_rate
+    pair = {"model": LLAMA, "ctx": "le4k"}
+    if decode_pair:
+        assert counter(proxy, "decode_tokens_total", **pair) == eval_count
+        assert counter(proxy, "decode_seconds_total", **pair) == eval_ns / 1e9
+    else:
+        assert counter(proxy, "decode_tokens_total", **pair) is None
+        assert counter(proxy, "decode_seconds_total", **pair) is None
+    prefill_rate = hist(proxy, "prefill_tokens_per_second", **GEN)
+    if prefill:
+        seconds = final["prompt_eval_duration"] / 1e9
+        assert prefill_rate == (1, final["prompt_eval_count"] / seconds)
+    else:
+        assert prefill_rate == (0, 0)
+        assert counter(proxy, "prefill_tokens_total", model=LLAMA) is None
+    # Token counts come from every reply, whatever the guards decided.
+    assert counter(proxy, "generation_tokens_total", **GEN) == eval_count
+    assert counter(proxy, "requests_total", **GEN, status="200") == 1
