@@ -16,7 +16,7 @@ from proxy.config import Settings
 
 pytest_plugins = ["tests.fake_ollama"]
 
-ADMIN_TOKEN = "test-admin-token"
+from tests.serve_process import ADMIN_TOKEN
 
 
 @pytest.fixture(autouse=True)

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -18,6 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from proxy.exchange import Outcome
 from tests.conftest import MakeProxy
+from tests.serve_process import serve
 from tests.test_forward import Spy
 
 
@@ -82,57 +80,18 @@ async def test_client_disconnect_closes_upstream_and_is_recorded(
     assert [ex.outcome for ex in spy.ended] == [Outcome.CLIENT_DISCONNECTED]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def _wait_listening(port: int, proc: asyncio.subprocess.Process) -> None:
-    for _ in range(200):
-        if proc.returncode is not None:
-            raise AssertionError("ollama-tap exited early")
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            await asyncio.sleep(0.05)
-            continue
-        writer.close()
-        return
-    raise AssertionError("ollama-tap did not start listening")
-
-
 async def test_sigterm_lets_in_flight_streams_finish_then_exits_0(
     slow_upstream: tuple[SlowUpstream, str], tmp_path: Any
 ) -> None:
-    _, url = slow_upstream
-    port = _free_port()
-    env = {**os.environ, "OLLAMA_TAP_ADMIN_TOKEN": "t", "OLLAMA_TAP_DB": str(tmp_path / "r.db")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "proxy",
-        "serve",
-        "--port",
-        str(port),
-        "--upstream",
-        url,
-        "--shutdown-grace",
-        "30",
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    await _wait_listening(port, proc)
+    _, upstream = slow_upstream
+    proc, url = await serve(upstream, tmp_path / "r.db", "--shutdown-grace", "30", capture=True)
     async with aiohttp.ClientSession() as s:
-        resp = await s.post(
-            f"http://127.0.0.1:{port}/api/generate", json={"model": "m", "prompt": "x", "lines": 60}
-        )
+        resp = await s.post(f"{url}/api/generate", json={"model": "m", "prompt": "x", "lines": 60})
         await resp.content.readline()
         proc.send_signal(signal.SIGTERM)
         await asyncio.sleep(0.3)
         with pytest.raises(aiohttp.ClientConnectionError):
-            await s.get(f"http://127.0.0.1:{port}/api/tags")
+            await s.get(f"{url}/api/tags")
         lines = 1
         async for _ in resp.content:
             lines += 1
@@ -143,29 +102,10 @@ async def test_sigterm_lets_in_flight_streams_finish_then_exits_0(
 async def test_sigterm_past_the_grace_period_cuts_streams_and_exits_0(
     slow_upstream: tuple[SlowUpstream, str], tmp_path: Any
 ) -> None:
-    _, url = slow_upstream
-    port = _free_port()
-    env = {**os.environ, "OLLAMA_TAP_ADMIN_TOKEN": "t", "OLLAMA_TAP_DB": str(tmp_path / "r.db")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "proxy",
-        "serve",
-        "--port",
-        str(port),
-        "--upstream",
-        url,
-        "--shutdown-grace",
-        "0.5",
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    await _wait_listening(port, proc)
+    _, upstream = slow_upstream
+    proc, url = await serve(upstream, tmp_path / "r.db", "--shutdown-grace", "0.5", capture=True)
     async with aiohttp.ClientSession() as s:
-        resp = await s.post(
-            f"http://127.0.0.1:{port}/api/generate", json={"model": "m", "prompt": "x"}
-        )
+        resp = await s.post(f"{url}/api/generate", json={"model": "m", "prompt": "x"})
         await resp.content.readline()
         proc.send_signal(signal.SIGTERM)
         with pytest.raises(aiohttp.ClientPayloadError):

@@ -4,11 +4,8 @@ shutdown mid-stream and a SIGKILL under load."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import sqlite3
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ import pytest
 from proxy.recorder.store import Filters, Store
 from tests.conftest import ADMIN_TOKEN, Proxy
 from tests.fake_ollama import FakeOllama
+from tests.serve_process import serve
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 SECRET = "sk-live-CLIENT-SECRET"
@@ -98,32 +96,6 @@ async def test_client_disconnecting_mid_stream(proxy: Proxy, fake_ollama: FakeOl
     assert 2 <= record["chunks"] < 200
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def serve(fake: FakeOllama, db: Path, *flags: str) -> tuple[Any, str]:
-    """`ollama-tap serve` in a subprocess in front of the fake Ollama, once it answers."""
-    port = _free_port()
-    env = {**os.environ, "OLLAMA_TAP_ADMIN_TOKEN": ADMIN_TOKEN, "OLLAMA_TAP_DB": str(db)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", fake.url,
-        *flags, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    async with aiohttp.ClientSession() as s:
-        for _ in range(200):
-            try:
-                async with s.get(f"{url}/_tap/healthz"):
-                    return proc, url
-            except aiohttp.ClientConnectionError:
-                await asyncio.sleep(0.05)
-    proc.kill()
-    raise AssertionError("ollama-tap did not start")
-
-
 async def read_all(db: Path) -> tuple[str, list[dict[str, Any]]]:
     def run() -> tuple[str, list[dict[str, Any]]]:
         with sqlite3.connect(db) as conn:
@@ -136,7 +108,7 @@ async def read_all(db: Path) -> tuple[str, list[dict[str, Any]]]:
 async def test_proxy_shut_down_mid_stream(fake_ollama: FakeOllama, tmp_path: Path) -> None:
     fake_ollama.script.tokens = [f" t{i}" for i in range(500)]
     fake_ollama.script.token_delay = 0.02
-    proc, url = await serve(fake_ollama, tmp_path / "r.db", "--shutdown-grace", "0.3")
+    proc, url = await serve(fake_ollama.url, tmp_path / "r.db", "--shutdown-grace", "0.3")
     async with aiohttp.ClientSession() as s:
         resp = await s.post(f"{url}/api/generate", json={"model": "llama3.2", "prompt": "x"})
         await resp.content.readline()
@@ -155,7 +127,7 @@ async def test_proxy_shut_down_mid_stream(fake_ollama: FakeOllama, tmp_path: Pat
 async def test_sigkill_under_load_leaves_a_sound_database(
     fake_ollama: FakeOllama, tmp_path: Path
 ) -> None:
-    proc, url = await serve(fake_ollama, tmp_path / "r.db")
+    proc, url = await serve(fake_ollama.url, tmp_path / "r.db")
     async with aiohttp.ClientSession() as s:
 
         async def one() -> None:
