@@ -18,6 +18,8 @@ from proxy.metrics import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
 from proxy.recorder import Recorder
 from proxy.recorder.api import add_routes as add_recorder_routes
+from proxy.tokens.store import ModelStore
+from proxy.tokens.vocab import Vocab, VocabCache, VocabSource
 from proxy.upstream import UpstreamPoller
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -28,6 +30,8 @@ POLLER = web.AppKey("poller", UpstreamPoller)
 RECORDER = web.AppKey("recorder", Recorder)
 SHUTTING_DOWN = web.AppKey("shutting_down", list[bool])
 ADMIN_TOKEN = web.AppKey("admin_token", str)
+VOCABS = web.AppKey("vocabs", VocabCache)
+"""Vocabularies by model digest, for the read API's decoded `context` (never the hot path)."""
 
 
 def make_session() -> aiohttp.ClientSession:
@@ -44,6 +48,19 @@ def make_session() -> aiohttp.ClientSession:
         cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,
     )
+
+
+def _vocab_cache(app: web.Application, settings: Settings) -> VocabCache:
+    """Vocabularies (issue 5, decoded `context`): from the local model store when it is on
+    this disk, else from the upstream's /api/show."""
+    store, upstream = ModelStore.on_this_disk(), settings.upstream_url
+
+    async def load(model: str, digest: str | None) -> Vocab:
+        # The upstream session exists only once the app has started (cleanup_ctx), so the
+        # source is made per load; loads are rare, the cache keeps what it loaded.
+        return await VocabSource(app[SESSION], upstream, store).load(model, digest)
+
+    return VocabCache(load)
 
 
 async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
@@ -103,6 +120,7 @@ def make_app(
     builtin = [*metrics, recorder, AccessLog()]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS] = poller, recorder, hooks
+    app[VOCABS] = _vocab_cache(app, settings)
 
     app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
     app.on_shutdown.append(_mark_shutdown)
@@ -113,7 +131,7 @@ def make_app(
     app.router.add_get("/_tap/healthz", healthz)
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
-    add_recorder_routes(app, recorder)
+    add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
     # Last: everything else, any method, goes to Ollama.
     app.router.add_route("*", "/{tail:.*}", forwarder.handle)
     return app

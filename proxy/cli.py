@@ -89,11 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_optional(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from proxy.benchmark import register as register_bench
     from proxy.recorder.commands import register as register_records
     from proxy.tokens.commands import register as register_tokens
 
     register_records(sub)
     register_tokens(sub)
+    register_bench(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

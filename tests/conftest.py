@@ -13,10 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from proxy.app import make_app
 from proxy.config import Settings
+from tests.serve_process import ADMIN_TOKEN
 
 pytest_plugins = ["tests.fake_ollama"]
-
-from tests.serve_process import ADMIN_TOKEN
 
 
 @pytest.fixture(autouse=True)

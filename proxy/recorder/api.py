@@ -2,6 +2,11 @@
 
 Access control is the auth middleware's (proxy/auth.py); every database read runs in a
 thread, never on the event loop.
+
+One record is every stored field (``context`` is the list of ids, as stored and exported)
+plus ``decoded_context``, made when read (see `proxy.tokens.context.decode_record`): the
+text of the ids with the vocabulary of the digest the record was made with, or the reason
+it has none. ``?tokens=1`` adds the per-token view (id, text, kind of each id).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from aiohttp import web
 
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, parse_time
+from proxy.tokens.context import LoadVocab, decode_record
 
 if TYPE_CHECKING:
     from proxy.recorder import Recorder
@@ -56,8 +62,21 @@ def _cursor(query: Mapping[str, str]) -> str | None:
     return cursor
 
 
-def add_routes(app: web.Application, recorder: Recorder) -> None:
-    """GET /_tap/api/records and GET /_tap/api/records/{id}."""
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    raw = query.get(name, "0")
+    if raw not in {"0", "1", "true", "false"}:
+        raise ValueError(f"{name} must be 1, 0, true or false, not {raw!r}")
+    return raw in {"1", "true"}
+
+
+def add_routes(
+    app: web.Application, recorder: Recorder, *, vocabs: LoadVocab | None = None
+) -> None:
+    """GET /_tap/api/records and GET /_tap/api/records/{id}.
+
+    `vocabs` loads a vocabulary by model and digest (the app's `VocabCache.get`); without
+    it, records say that no vocabulary source is configured instead of decoding.
+    """
     store = recorder.store
 
     async def records(request: web.Request) -> web.Response:
@@ -74,11 +93,16 @@ def add_routes(app: web.Application, recorder: Recorder) -> None:
     async def record(request: web.Request) -> web.Response:
         record_id = request.match_info["id"]
         try:
+            tokens = _flag(request.query, "tokens")
+        except ValueError as exc:
+            return _error(400, str(exc))
+        try:
             found = await asyncio.to_thread(store.get, record_id)
         except SchemaError as exc:
             return _error(500, str(exc))
         if found is None:
             return _error(404, f"no record {record_id!r}; list them at /_tap/api/records")
+        found["decoded_context"] = await decode_record(found, vocabs, tokens)
         return _json(found)
 
     app.router.add_get("/_tap/api/records", records)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
 from collections import Counter
@@ -19,10 +20,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings
 from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, Store, parse_time
+from proxy.tokens.commands import add_vocab_options, vocab_source
+from proxy.tokens.context import decode_record
+from proxy.tokens.errors import StoreError, VocabError
+from proxy.tokens.store import digest_hex
+from proxy.tokens.vocab import Vocab
 
 _COLUMNS = ("id", "started", "method", "endpoint", "model", "status", "outcome", "ttft ms",
             "duration ms", "tokens in/out")  # fmt: skip
@@ -30,7 +36,8 @@ Command = Callable[[argparse.Namespace], int]
 _TOP = ("request", "response", "timeline", "context", "output", "thinking", "tool_calls")
 
 
-def _store(args: argparse.Namespace) -> Store:
+def store_from(args: argparse.Namespace) -> Store:
+    """The database `add_db_option` chose: --db, else where `serve` records."""
     return Store(args.db if args.db is not None else Settings.model_validate({}).db_path)
 
 
@@ -47,7 +54,7 @@ def _when(started: float) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    records, _ = _store(args).page(_filters(args), args.limit)
+    records, _ = store_from(args).page(_filters(args), args.limit)
     table = Table(*_COLUMNS, title=f"{len(records)} records")
     for r in records:
         tokens = f"{r['prompt_tokens'] or ''}/{r['eval_tokens'] or ''}".strip("/")
@@ -77,7 +84,7 @@ def timeline_summary(timeline: dict[str, Any]) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    record = _store(args).get(args.id)
+    record = store_from(args).get(args.id)
     if record is None:
         print(
             f"ollama-tap: no record {args.id!r}; `ollama-tap records list` shows them.",
@@ -95,11 +102,36 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(f"\n[{key}]\n{record[key]}")
     if record.get("tool_calls"):
         print(f"\n[tool_calls]\n{orjson.dumps(record['tool_calls']).decode()}")
-    if record.get("context") is not None:
-        print(f"\n[context] {len(record['context'])} token ids (decode with `ollama-tap decode`)")
+    print(f"\n[context] {context_summary(asyncio.run(_decoded_context(args, record)))}")
     if record.get("timeline") is not None:
         print(f"\n[timeline] {timeline_summary(record['timeline'])}")
     return 0
+
+
+async def _decoded_context(args: argparse.Namespace, record: dict[str, Any]) -> dict[str, Any]:
+    try:
+        async with vocab_source(args) as source:
+            return await decode_record(record, source.load)
+    except (StoreError, ConfigError) as exc:
+        problem = str(exc)
+
+    # A bad --store or --url: the record is still worth showing, and why it is not decoded.
+    async def refuse(model: str, digest: str | None) -> Vocab:
+        raise VocabError(problem)
+
+    return await decode_record(record, refuse)
+
+
+def context_summary(doc: dict[str, Any]) -> str:
+    """The `decoded_context` document as a heading line and, when decoded, the text."""
+    count = "" if doc["ids_count"] is None else f"{doc['ids_count']} token ids"
+    if doc["text"] is None:
+        return f"{count}{'; ' if count else ''}not decoded: {doc['unavailable']}"
+    digest = f" (sha256:{digest_hex(doc['digest'])[:12]})" if doc["digest"] else ""
+    return (
+        f"{count}, decoded with the vocabulary of {doc['model']}{digest} from "
+        f"{doc['vocabulary']}\n{doc['text']}"
+    )
 
 
 def _version() -> str:
@@ -110,7 +142,7 @@ def _version() -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    records = _store(args).each(_filters(args))
+    records = store_from(args).each(_filters(args))
     target = open(args.output, "wb") if args.output else nullcontext(sys.stdout.buffer)  # noqa: SIM115
     with target as out:
         if args.format == "jsonl":
@@ -135,13 +167,18 @@ def _guard(func: Command) -> Command:
     return run
 
 
-def _common(p: argparse.ArgumentParser, filters: bool) -> None:
+def add_db_option(p: argparse.ArgumentParser) -> None:
+    """--db, read by `store_from`."""
     p.add_argument(
         "--db",
         type=Path,
         default=None,
         help="database file [default: as serve: $OLLAMA_TAP_DB, else the XDG data dir]",
     )
+
+
+def _common(p: argparse.ArgumentParser, filters: bool) -> None:
+    add_db_option(p)
     if filters:
         p.add_argument("--model", help="only this model (any spelling Ollama accepts)")
         p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
@@ -157,8 +194,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _common(p, filters=True)
     p.add_argument("--limit", type=int, default=50, help="most records shown [default: 50]")
     p.set_defaults(func=_guard(cmd_list))
-    p = rsub.add_parser("show", help="every stored field of one record and its timeline")
+    p = rsub.add_parser(
+        "show", help="every stored field of one record, its timeline and decoded context"
+    )
     _common(p, filters=False)
+    add_vocab_options(p)
     p.add_argument("id", help="the record id (first column of `records list`)")
     p.set_defaults(func=_guard(cmd_show))
     p = rsub.add_parser("export", help="every matching record as JSONL or HAR 1.2")

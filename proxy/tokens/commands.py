@@ -7,6 +7,8 @@ import asyncio
 import os
 import re
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from proxy.config import DEFAULT_UPSTREAM, ConfigError, resolve_upstream
+from proxy.recorder.schema import SchemaError
+from proxy.tokens.context import Unavailable, context_ids, token_docs
 from proxy.tokens.detok import Piece
 from proxy.tokens.errors import StoreError, TokensError
 from proxy.tokens.store import Inspection, Manifest, ModelStore, inspect
@@ -37,15 +41,33 @@ def _register_decode(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "decode",
         help="turn token ids (a `context` array) back into text",
         description="Decode token ids with a model's own vocabulary: from the local Ollama "
-        "store, else the upstream's /api/show, or from a GGUF file.",
+        "store, else the upstream's /api/show, or from a GGUF file; or a recorded reply's "
+        "context (--record) with the vocabulary it was recorded with.",
     )
+    # Imported here: proxy.recorder.commands imports this module for `records show`.
+    from proxy.recorder.commands import add_db_option
+
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="NAME", help="model name, e.g. llama3.2:1b")
     source.add_argument("--gguf", metavar="FILE", type=Path, help="a GGUF file's vocabulary")
+    source.add_argument(
+        "--record", metavar="ID", help="a recorded /api/generate reply's context, decoded "
+        "with the vocabulary of the model and digest it was recorded with",
+    )  # fmt: skip
     p.add_argument(
         "ids", nargs="*", help="token ids; when none, read from stdin (JSON array or "
         "whitespace-separated integers)",
     )  # fmt: skip
+    add_vocab_options(p)
+    add_db_option(p)
+    p.add_argument("--tokens", action="store_true", help="print one row per token")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--hide-control", action="store_true", help="leave control tokens out")
+    p.set_defaults(func=run_decode)
+
+
+def add_vocab_options(p: argparse.ArgumentParser) -> None:
+    """--url and --store: where `vocab_source` looks for vocabularies."""
     p.add_argument(
         "--url",
         default=os.environ.get("OLLAMA_TAP_UPSTREAM"),
@@ -53,10 +75,6 @@ def _register_decode(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         f"else {DEFAULT_UPSTREAM})",
     )
     p.add_argument("--store", type=Path, help="Ollama models directory (default: as Ollama)")
-    p.add_argument("--tokens", action="store_true", help="print one row per token")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--hide-control", action="store_true", help="leave control tokens out")
-    p.set_defaults(func=run_decode)
 
 
 def _register_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -98,16 +116,45 @@ def parse_ids(text: str) -> list[int]:
     return values
 
 
-async def _fetch_vocab(args: argparse.Namespace, model: str, digest: str | None) -> Vocab:
+@asynccontextmanager
+async def vocab_source(args: argparse.Namespace) -> AsyncIterator[VocabSource]:
+    """The vocabulary source `add_vocab_options` configured, with its own HTTP session.
+
+    Raises StoreError for a --store that is no model store, ConfigError for a bad --url.
+    """
     store = ModelStore.locate(args.store) if args.store else ModelStore.on_this_disk()
     upstream = resolve_upstream(args.url, os.environ.get("OLLAMA_HOST"))
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        return await VocabSource(session, upstream, store).load(model, digest)
+        yield VocabSource(session, upstream, store)
+
+
+async def _fetch_vocab(args: argparse.Namespace, model: str, digest: str | None) -> Vocab:
+    async with vocab_source(args) as source:
+        return await source.load(model, digest)
+
+
+def _recorded(args: argparse.Namespace) -> tuple[list[int], Vocab]:
+    """A record's context ids and the vocabulary of the model and digest it was made with."""
+    from proxy.recorder.commands import store_from  # see _register_decode
+
+    if args.ids:
+        raise TokensError("--record reads the ids from the record; pass no ids with it")
+    record = store_from(args).get(args.record)
+    if record is None:
+        raise TokensError(f"no record {args.record!r}; `ollama-tap records list` shows them")
+    found = context_ids(record)
+    if isinstance(found, Unavailable):
+        raise TokensError(f"record {args.record} has no context ids: {found.message}")
+    if not record["model"]:
+        raise TokensError(f"record {args.record} names no model to take the vocabulary of")
+    return found, asyncio.run(_fetch_vocab(args, record["model"], record["model_digest"]))
 
 
 def _ids_and_vocab(args: argparse.Namespace) -> tuple[list[int], Vocab]:
     """The ids to decode and their vocabulary, from whichever source option was given."""
+    if args.record is not None:
+        return _recorded(args)
     ids = parse_ids(" ".join(args.ids) if args.ids else sys.stdin.read())
     if args.gguf is not None:
         return ids, Vocab.from_gguf(args.gguf)
@@ -120,12 +167,12 @@ def run_decode(args: argparse.Namespace) -> int:
         ids, vocab = _ids_and_vocab(args)
         text = vocab.decode(ids, args.hide_control)
         pieces = vocab.pieces(ids) if args.tokens else []
-    except (TokensError, ConfigError) as exc:
+    except (TokensError, ConfigError, SchemaError) as exc:
         return _fail("decode", exc)
     if args.json:
         doc: dict[str, object] = {"model": vocab.model, "source": vocab.source, "text": text}
         if args.tokens:
-            doc["tokens"] = [{"id": p.id, "text": p.text, "kind": p.kind} for p in pieces]
+            doc["tokens"] = token_docs(pieces)
         sys.stdout.write(orjson.dumps(doc).decode() + "\n")
     elif args.tokens:
         _print_pieces(pieces)
