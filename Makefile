@@ -24,11 +24,12 @@ $(VENV)/.test-deps: pyproject.toml
 run: $(VENV)/.run-deps
 	$(VENV)/bin/ollama-tap serve $(ARGS)
 
-## system-deps: Debian packages the suite uses (promtool and prometheus for the rule and
-## dashboard tests); installed only when missing.
+## system-deps: Debian packages the suite uses (prometheus and promtool for the rule and
+## dashboard tests, amtool for the Alertmanager config); installed only when missing.
 system-deps:
-	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
-	  $(APT) update -qq && $(APT) install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 \
+	  && command -v amtool >/dev/null 2>&1 || { $(APT) update -qq && \
+	  $(APT) install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null; }
 
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check proxy tests bench grafana
@@ -49,8 +50,9 @@ bench: $(VENV)/.test-deps
 
 ## make env: the .env the compose stack reads (a fresh admin token)
 env:
-	@test -f deploy/.env || printf 'OLLAMA_TAP_ADMIN_TOKEN=%s\n' "$$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')" > deploy/.env
-	@echo "deploy/.env ready"
+	@test -f deploy/.env || (umask 077 && printf 'OLLAMA_TAP_ADMIN_TOKEN=%s\n' \
+	  "$$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')" > deploy/.env)
+	@echo "deploy/.env ready (mode 0600; the compose stack reads it)"
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

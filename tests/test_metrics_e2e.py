@@ -9,9 +9,7 @@ checked exactly against the final object the client received.
 from __future__ import annotations
 
 import asyncio
-import math
-import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -28,7 +26,7 @@ from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama, Script
 
 LOAD, QUEUE, PREFILL, TOKEN = 0.3, 0.2, 0.1, 0.03
-TOL = 0.04
+TOL = 0.05
 """Allowed distance between a measured time and the injected one, in seconds."""
 GAP_TOL = 0.015
 """Allowed distance between the mean inter-token gap and the injected token delay."""
@@ -41,13 +39,13 @@ MESSAGES = [{"role": "user", "content": "Why is the sky blue?"}]
 # --- helpers shared with test_metrics_shapes ---------------------------------------------
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+async def eventually(check: Callable[[], bool]) -> None:
     """Wait until `check()` holds (metrics land in the end hook, just after the last byte)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
+    for _ in range(500):
+        if check():
+            return
         await asyncio.sleep(0.01)
+    raise AssertionError("still not true after 5 s")
 
 
 def samples(proxy: Proxy, name: str) -> list[tuple[dict[str, str], float]]:
@@ -94,8 +92,10 @@ async def upstream_polled(proxy: Proxy) -> None:
     """Wait until the poller has read /api/version and /api/tags once."""
     info = {"model": LLAMA, "family": "llama", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
     await eventually(
-        lambda: proxy.sample("ollama_tap_upstream_up") == 1
-        and proxy.sample("ollama_tap_model_info", info) == 1
+        lambda: (
+            proxy.sample("ollama_tap_upstream_up") == 1
+            and proxy.sample("ollama_tap_model_info", info) == 1
+        )
     )
 
 
@@ -105,6 +105,7 @@ async def upstream_polled(proxy: Proxy) -> None:
 async def _stream_native(
     client: ollama.AsyncClient, route: str, model: str, think: bool | None
 ) -> list[Any]:
+    stream: AsyncIterator[Any]
     if route == "/api/generate":
         stream = await client.generate(model, "Why is the sky blue?", stream=True, think=think)
     else:
@@ -144,7 +145,8 @@ async def test_streamed_timings_match_the_injected_delays(
     ttft_count, ttft = hist(proxy, "time_to_first_token_seconds", **labels)
     ttfc_count, ttfc = hist(proxy, "time_to_first_content_seconds", **labels)
     assert ttft_count == ttfc_count == 1
-    assert near(ttft, LOAD + QUEUE + PREFILL), ttft
+    server = (final.load_duration, final.total_duration, final.prompt_eval_duration)
+    assert near(ttft, LOAD + QUEUE + PREFILL), (ttft, server)
     assert near(ttfc, ttft + len(thinking) * TOKEN, TOL / 2), (ttft, ttfc)
     if thinking:
         assert ttfc > ttft
@@ -190,7 +192,7 @@ async def test_streamed_timings_match_the_injected_delays(
     assert counter(proxy, "prompt_tokens_total", **labels) == final.prompt_eval_count
     assert counter(proxy, "generation_tokens_total", **labels) == final.eval_count
     context = hist(proxy, "context_tokens", **labels)
-    assert context == (1, final.prompt_eval_count + final.eval_count)
+    assert context == (1.0, final.prompt_eval_count + final.eval_count)
 
     assert counter(proxy, "requests_total", **labels, status="200") == 1
     assert counter(proxy, "responses_total", **labels, done_reason="stop") == 1
@@ -290,7 +292,9 @@ async def test_rate_guards(
     eval_count, eval_ns = final.get("eval_count", 0), final.get("eval_duration", 0)
     # The script really is one the guard applies to (a Ollama-reported fact, not a timing).
     assert decode_rate or eval_count < 2 or eval_ns < 1_000_000
-    expected_rate = (1, eval_count / (eval_ns / 1e9)) if decode_rate else (0, 0)
+    expected_rate: tuple[float, float] = (
+        (1, eval_count / (eval_ns / 1e9)) if decode_rate else (0, 0)
+    )
     assert hist(proxy, "decode_tokens_per_second", **GEN) == expected_rate
     pair = {"model": LLAMA, "ctx": "le4k"}
     if decode_pair:
@@ -302,10 +306,184 @@ async def test_rate_guards(
     prefill_rate = hist(proxy, "prefill_tokens_per_second", **GEN)
     if prefill:
         seconds = final["prompt_eval_duration"] / 1e9
-        assert prefill_rate == (1, final["prompt_eval_count"] / seconds)
+        assert prefill_rate == (1.0, final["prompt_eval_count"] / seconds)
     else:
-        assert prefill_rate == (0, 0)
+        assert prefill_rate == (0.0, 0.0)
         assert counter(proxy, "prefill_tokens_total", model=LLAMA) is None
     # Token counts come from every reply, whatever the guards decided.
     assert counter(proxy, "generation_tokens_total", **GEN) == eval_count
     assert counter(proxy, "requests_total", **GEN, status="200") == 1
+
+
+# --- context utilization: the runtime num_ctx, never the training length ------------------
+
+
+async def test_context_utilization_from_num_ctx_then_from_api_ps(
+    proxy: Proxy, fake_ollama: FakeOllama
+) -> None:
+    client = ollama.AsyncClient(host=proxy.url)
+    # Not loaded yet and no num_ctx: nothing to divide by, so no observation (and never
+    # the model's training length, 131072 for llama3.2).
+    first = await client.generate("llama3.2", "Why is the sky blue?", stream=True)
+    parts = [part async for part in first]
+    await settled(proxy)
+    size = (parts[-1].prompt_eval_count or 0) + (parts[-1].eval_count or 0)
+    assert hist(proxy, "context_utilization_ratio", **GEN) == (0, 0)
+    assert hist(proxy, "context_tokens", **GEN) == (1, size)
+
+    # The request's options.num_ctx wins; the fake loads the model with it.
+    await client.generate("llama3.2", "Why is the sky blue?", options={"num_ctx": 8192})
+    await settled(proxy)
+    assert hist(proxy, "context_utilization_ratio", **GEN) == (1, size / 8192)
+
+    # Without num_ctx, the loaded model's context_length from /api/ps.
+    gauge = {"model": LLAMA}
+    await eventually(lambda: proxy.sample("ollama_tap_model_context_length", gauge) == 8192)
+    assert fake_ollama.models[LLAMA].model_info["llama.context_length"] == 131072
+    await client.generate("llama3.2", "Why is the sky blue?")
+    await settled(proxy)
+    assert hist(proxy, "context_utilization_ratio", **GEN) == (2, 2 * size / 8192)
+
+    # A request's num_ctx still wins over what /api/ps says.
+    await client.chat("llama3.2", messages=MESSAGES, options={"num_ctx": 16})
+    await settled(proxy)
+    chat = native("/api/chat", LLAMA)
+    count, ratio = hist(proxy, "context_utilization_ratio", **chat)
+    assert count == 1 and ratio == size / 16 and ratio > 1  # context shift: it may exceed 1
+    bucket = {**chat, "le": "1.0"}
+    assert proxy.sample("ollama_tap_context_utilization_ratio_bucket", bucket) == 0
+
+
+# --- model labels --------------------------------------------------------------------------
+
+
+def label_values(proxy: Proxy, name: str = "ollama_tap_requests_total") -> set[str]:
+    return {labels["model"] for labels, _ in samples(proxy, name)}
+
+
+async def test_model_labels_are_canonical_and_capped(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    proxy = await proxy_factory(model_label_cap=2)
+    await upstream_polled(proxy)
+    client = ollama.AsyncClient(host=proxy.url)
+    for name in ("llama3.2", "llama3.2:latest", "LLAMA3.2", "registry.ollama.ai/library/llama3.2"):
+        await client.generate(name, "hi")
+    for name in ("mystery-one", "mystery-two", "mystery-three", "Why is the sky blue?"):
+        with pytest.raises(ollama.ResponseError):
+            await client.generate(name, "hi")
+    await settled(proxy)
+    assert counter(proxy, "requests_total", **GEN, status="200") == 4
+    unstreamed = native("/api/generate", LLAMA, "false")
+    assert hist(proxy, "request_duration_seconds", **unstreamed)[0] == 4
+    missing = {"endpoint": "/api/generate", "status": "404"}
+    assert counter(proxy, "requests_total", **missing, model="mystery-one:latest") == 1
+    assert counter(proxy, "requests_total", **missing, model="mystery-two:latest") == 1
+    # Past the cap of two extra names, and for a name Ollama would refuse: "other".
+    assert counter(proxy, "requests_total", **missing, model="other") == 2
+    assert label_values(proxy) == {LLAMA, "mystery-one:latest", "mystery-two:latest", "other"}
+
+
+async def test_random_model_names_leave_the_series_bounded(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    cap = 5
+    proxy = await proxy_factory(model_label_cap=cap)
+    await upstream_polled(proxy)
+    async with aiohttp.ClientSession() as session:
+        for i in range(300):
+            body = {"model": f"random-{i}-{i * 7919 % 1009}", "prompt": "hi", "stream": False}
+            async with session.post(f"{proxy.url}/api/generate", json=body) as resp:
+                assert resp.status == 404
+                await resp.read()
+    await settled(proxy)
+    values = label_values(proxy)
+    assert "other" in values and len(values) == cap + 1
+    assert counter(proxy, "requests_total", endpoint="/api/generate", model="other", status="404")
+    total = sum(value for _, value in samples(proxy, "ollama_tap_requests_total"))
+    assert total == 300
+    for name in ("ollama_tap_requests_in_flight", "ollama_tap_request_duration_seconds_count"):
+        assert len(label_values(proxy, name)) <= cap + 1
+
+
+# --- /metrics over HTTP, driven by the official clients ----------------------------------
+
+
+def _figures(families: Any) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in families
+        for s in family.samples
+    }
+
+
+async def _scrape(proxy: Proxy, accept: str | None) -> tuple[str, str]:
+    headers = {"Accept": accept} if accept else {}
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{proxy.url}/metrics", headers=headers) as resp:
+            assert resp.status == 200
+            return resp.headers["Content-Type"], await resp.text()
+
+
+async def test_metrics_endpoint_shows_the_official_clients_traffic(
+    proxy: Proxy, fake_ollama: FakeOllama
+) -> None:
+    await upstream_polled(proxy)
+    fake_ollama.script = Script(token_delay=0.01)
+    native_client = ollama.AsyncClient(host=proxy.url)
+    parts = [p async for p in await native_client.generate("llama3.2", "hi", stream=True)]
+    final = parts[-1]
+    assert final.eval_count and final.eval_duration and final.prompt_eval_count
+    oai = openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key="ollama", max_retries=0)
+    chunks = [
+        chunk
+        async for chunk in await oai.chat.completions.create(
+            model="llama3.2",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    ]
+    usage = chunks[-1].usage
+    assert usage is not None and not chunks[-1].choices
+    await settled(proxy)
+
+    gen = {("endpoint", "/api/generate"), ("model", LLAMA)}
+    compat = {("endpoint", "/v1/chat/completions"), ("model", LLAMA)}
+    expected = {
+        ("ollama_tap_upstream_up", frozenset()): 1.0,
+        ("ollama_tap_upstream_info", frozenset({("version", "0.33.0-rc2")})): 1.0,
+        ("ollama_tap_requests_total", frozenset({*gen, ("status", "200")})): 1.0,
+        ("ollama_tap_requests_total", frozenset({*compat, ("status", "200")})): 1.0,
+        ("ollama_tap_generation_tokens_total", frozenset(gen)): float(final.eval_count),
+        ("ollama_tap_prompt_tokens_total", frozenset(gen)): float(final.prompt_eval_count),
+        ("ollama_tap_generation_tokens_total", frozenset(compat)): float(usage.completion_tokens),
+        ("ollama_tap_prompt_tokens_total", frozenset(compat)): float(usage.prompt_tokens),
+        ("ollama_tap_time_to_first_token_seconds_count", frozenset(gen)): 1.0,
+        ("ollama_tap_time_to_first_token_seconds_count", frozenset(compat)): 1.0,
+        ("ollama_tap_inter_token_latency_seconds_count", frozenset(gen)): 4.0,
+        ("ollama_tap_decode_tokens_per_second_sum", frozenset(gen)): final.eval_count
+        / (final.eval_duration / 1e9),
+        ("ollama_tap_responses_total", frozenset({*compat, ("done_reason", "stop")})): 1.0,
+    }
+    for accept in (None, "application/openmetrics-text; version=1.0.0"):
+        content_type, text = await _scrape(proxy, accept)
+        if accept is None:
+            assert content_type.startswith("text/plain")
+            figures = _figures(parse_text(text))
+        else:
+            assert content_type.startswith("application/openmetrics-text")
+            assert text.endswith("# EOF\n")
+            figures = _figures(parse_openmetrics(text))  # type: ignore[no-untyped-call]
+        for key, value in expected.items():
+            assert key in figures, (accept, key)
+            assert figures[key] == value, (accept, key)
+        # The registry and the exposition agree on every figure of the exchanges (the
+        # recorder's queue and file size move on their own).
+        for (name, labels), value in figures.items():
+            live = name.startswith(("ollama_tap_recorder_", "ollama_tap_db_"))
+            if name.startswith("ollama_tap_") and not name.endswith("_created") and not live:
+                assert proxy.sample(name, dict(labels)) == value, (accept, name, labels)
+        # The standard collectors ride along on the injected registry.
+        assert any(name == "process_cpu_seconds_total" for name, _ in figures)
+        assert any(name == "python_info" for name, _ in figures)

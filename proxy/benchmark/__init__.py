@@ -1,0 +1,153 @@
+"""`ollama-tap bench`: stream a workload at Ollama (or a proxy) and report what it measured.
+
+Every request streams `/api/generate` (or `/api/chat`) and is read by the proxy's own reader
+(`proxy.ollama.reader_for`), so the figures mean exactly what the proxy's metrics mean (see
+DESIGN "Measurements"); client times use `time.perf_counter` from just before the request is
+sent. Figures are taken over successful requests; failed ones are counted by kind (the
+`Outcome` names the metrics use). `--json` prints one document (docs/bench.md)::
+
+    {"version": 1, "api": "generate" | "chat",
+     "workload": {"requests": int, "concurrency": int, "warmup": int, "prompts": int},
+     "targets": [{"label": "A" | "B", "url": str, "model": str, "requests": int, "ok": int,
+                  "errors": {kind: int}, "error_messages": {kind: [str]},
+                  "figures": {name: {"unit": str, "n": int, "min": float | null,
+                                     "p50": ..., "p95": ..., "p99": ..., "max": ...}},
+                  "notes": {name: str}}],
+     "ratios": null | {name: {"p50": float | null, "p95": ..., "p99": ...}},
+     "deltas": null | {name: {"p50": float | null, "p95": ..., "p99": ...}}}
+
+Figure names: ttft, ttfc, duration, decode_rate, output_rate, prefill_rate, load,
+queue_wait, server_ttft, client_overhead; times in seconds, rates per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from proxy.benchmark.figures import Result
+from proxy.benchmark.report import document, render
+from proxy.benchmark.request import Target
+from proxy.benchmark.runner import Workload, run
+from proxy.config import DEFAULT_UPSTREAM, ConfigError, resolve_upstream
+
+DEFAULT_PROMPT = "Why is the sky blue?"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `bench` to the CLI's subparsers."""
+    p = sub.add_parser(
+        "bench",
+        help="measure TTFT, rates and phases of streamed requests (optionally A vs B)",
+        description="Stream requests at Ollama (or anything speaking its API) and report "
+        "client and server figures with percentiles; --compare measures a second endpoint "
+        "in interleaved rounds and reports B/A.",
+    )
+    p.add_argument("--model", required=True, metavar="NAME", help="model to run")
+    p.add_argument(
+        "--url",
+        help=f"endpoint A (default: $OLLAMA_HOST by Ollama's rules, else {DEFAULT_UPSTREAM})",
+    )
+    p.add_argument("--compare", metavar="URL2", help="endpoint B, run in interleaved rounds")
+    prompts = p.add_mutually_exclusive_group()
+    prompts.add_argument("--prompt", metavar="TEXT", help=f"default: {DEFAULT_PROMPT!r}")
+    prompts.add_argument("--prompts", metavar="FILE", type=Path, help="one prompt per line")
+    p.add_argument(
+        "-n", type=_positive, default=10, metavar="N", help="counted requests per endpoint [10]"
+    )
+    p.add_argument(
+        "-c", type=_positive, default=1, metavar="CONCURRENCY", help="requests in flight [1]"
+    )
+    p.add_argument(
+        "--warmup",
+        type=_natural,
+        default=1,
+        metavar="K",
+        help="uncounted requests first, one at a time (the first loads the model) [1]",
+    )
+    p.add_argument(
+        "--api", choices=("generate", "chat"), default="generate", help="route [generate]"
+    )
+    p.add_argument("--num-predict", type=_positive, metavar="N", help="cap output tokens (options)")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=run_bench)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _natural(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def run_bench(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Exit 0 when every endpoint answered at least one request well, 1 if not, 2 on misuse.
+
+    The report goes to `out` (default: stdout at call time).
+    """
+    try:
+        targets = _targets(args)
+        workload = _workload(args)
+    except (ConfigError, OSError, ValueError) as exc:
+        print(f"ollama-tap bench: {exc}", file=sys.stderr)
+        return 2
+    results = _measure(targets, workload, show_progress=not args.json and sys.stderr.isatty())
+    doc = document(results, workload)
+    out = sys.stdout if out is None else out
+    if args.json:
+        out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        render(Console(file=out), doc)
+    return 0 if all(r.ok for r in results) else 1
+
+
+def _targets(args: argparse.Namespace) -> list[Target]:
+    options: dict[str, Any] | None = None
+    if args.num_predict is not None:
+        options = {"num_predict": args.num_predict}
+    urls = [resolve_upstream(args.url, os.environ.get("OLLAMA_HOST"))]
+    if args.compare is not None:
+        urls.append(resolve_upstream(args.compare, None))
+    return [Target(url, args.model, args.api, options) for url in urls]
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    prompts = [args.prompt or DEFAULT_PROMPT]
+    if args.prompts is not None:
+        prompts = [line for line in args.prompts.read_text().splitlines() if line.strip()]
+        if not prompts:
+            raise ValueError(f"{args.prompts} holds no prompt; write one prompt per line")
+    return Workload(prompts, args.n, args.c, args.warmup)
+
+
+def _measure(targets: list[Target], workload: Workload, show_progress: bool) -> list[Result]:
+    if not show_progress:
+        return asyncio.run(run(targets, workload, lambda: None))
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    with progress:
+        total = len(targets) * (workload.requests + workload.warmup)
+        task = progress.add_task(f"bench {targets[0].model}", total=total)
+        return asyncio.run(run(targets, workload, partial(progress.advance, task)))

@@ -1,0 +1,174 @@
+"""One benchmark request: streamed, read by the proxy's own reader, reduced to its figures."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from proxy import ollama
+from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
+from proxy.metrics import MS_NS
+from proxy.recorder.record import timings
+
+Api = Literal["generate", "chat"]
+
+REPLY_LIMIT: Final = 1024 * 1024
+"""Bytes of a single-object reply (an error body) kept to read Ollama's message."""
+_TEXT_LIMIT: Final = 4096
+_HEADERS: Final = {"Content-Type": "application/json"}
+_TIMED: Final = ("ttft", "ttfc", "duration", "load", "queue_wait", "server_ttft", "client_overhead")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An endpoint under test: Ollama itself or anything that speaks its API."""
+
+    url: URL
+    model: str
+    api: Api = "generate"
+    options: dict[str, Any] | None = None
+    """Ollama's `options` sent with every request (e.g. num_predict), None for none."""
+
+    @property
+    def endpoint(self) -> str:
+        return f"/api/{self.api}"
+
+    def body(self, prompt: str) -> bytes:
+        payload: dict[str, Any] = {"model": self.model, "stream": True}
+        if self.api == "chat":
+            payload["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            payload["prompt"] = prompt
+        if self.options:
+            payload["options"] = self.options
+        return orjson.dumps(payload)
+
+
+@dataclass(slots=True)
+class Sample:
+    """What one request came to: its outcome and the figures it yielded."""
+
+    kind: str
+    """An `Outcome` value: "ok", or the error kind the metrics use."""
+    message: str | None = None
+    """Ollama's error text, or the client's own for a failed connection or stream."""
+    values: dict[str, float] = field(default_factory=dict)
+    """Figure name → value (seconds or per second), only the figures this reply carried."""
+    cached_reported: bool = False
+    """Whether the reply carried `prompt_eval_cached_count` (newer Ollama)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == Outcome.OK.value
+
+
+async def send(session: aiohttp.ClientSession, target: Target, prompt: str) -> Sample:
+    """Stream one request and measure it; never raises for a failed request."""
+    ex = Exchange(
+        method="POST",
+        path=target.endpoint,
+        query="",
+        endpoint=target.endpoint,
+        client="",
+        request_headers=dict(_HEADERS),
+        request=RequestFields(model=target.model, stream=True, parsed=True),
+        started=time.perf_counter(),
+    )
+    try:
+        outcome = await _stream(session, target, prompt, ex)
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        # No status yet means the request never got an answer; after it, the stream broke.
+        outcome = Outcome.UPSTREAM_UNREACHABLE if ex.status is None else Outcome.INCOMPLETE
+        ex.error_message = str(exc) or type(exc).__name__
+    ex.ended = ex.ended or time.perf_counter()
+    return _sample(ex, outcome)
+
+
+async def _stream(
+    session: aiohttp.ClientSession, target: Target, prompt: str, ex: Exchange
+) -> Outcome:
+    url = target.url / target.endpoint.lstrip("/")
+    async with session.post(url, data=target.body(prompt), headers=_HEADERS) as resp:
+        ex.status = resp.status
+        ex.content_type = resp.headers.get("Content-Type", "")
+        ex.streamed = ollama.is_streamed(ex.content_type)
+        reader = ollama.reader_for(ex, REPLY_LIMIT)
+        text = bytearray()
+        async for data in resp.content.iter_any():
+            if reader is not None:
+                _outputs(ex, reader.feed(data, time.perf_counter()))
+            elif len(text) < _TEXT_LIMIT:
+                text += data
+        if reader is not None:
+            _outputs(ex, reader.close(time.perf_counter()))
+        ex.ended = time.perf_counter()
+    return _verdict(ex, reader, bytes(text[:_TEXT_LIMIT]).decode(errors="replace").strip())
+
+
+def _outputs(ex: Exchange, pieces: list[OutputChunk]) -> None:
+    """Stamp output times as the forwarder does (first output, first content, last, count)."""
+    for piece in pieces:
+        if ex.first_output is None:
+            ex.first_output = piece.at
+        if ex.first_content is None and piece.kind is not OutputKind.THINKING:
+            ex.first_content = piece.at
+        ex.last_output = piece.at
+        ex.output_events += 1
+
+
+def _verdict(ex: Exchange, reader: ollama.Reader | None, text: str) -> Outcome:
+    """The forwarder's outcome rules, with the HTTP status put in front of the message."""
+    if ex.status is not None and ex.status >= 400:
+        ex.error_message = f"HTTP {ex.status}: {ex.error_message or text or 'no message'}"
+        return Outcome.UPSTREAM_ERROR
+    if reader is not None and reader.errored:
+        return Outcome.STREAM_ERROR
+    if reader is None or not reader.complete:
+        ex.error_message = "the stream ended without Ollama's final object"
+        return Outcome.INCOMPLETE
+    return Outcome.OK
+
+
+def _sample(ex: Exchange, outcome: Outcome) -> Sample:
+    if outcome is not Outcome.OK:
+        return Sample(kind=outcome.value, message=ex.error_message)
+    measured = timings(ex)
+    values: dict[str, float | None] = {name: measured[name] for name in _TIMED}
+    values["decode_rate"] = decode_rate(ex.usage)
+    values["prefill_rate"] = prefill_rate(ex.usage)
+    values["output_rate"] = output_rate(ex)
+    return Sample(
+        kind=outcome.value,
+        values={name: v for name, v in values.items() if v is not None},
+        cached_reported=ex.usage is not None and ex.usage.prompt_eval_cached_count is not None,
+    )
+
+
+def decode_rate(usage: Usage | None) -> float | None:
+    """eval_count / eval_duration, guarded as DESIGN says (≥ 2 tokens over ≥ 1 ms)."""
+    if usage is None or usage.eval_count < 2 or usage.eval_duration < MS_NS:
+        return None
+    return usage.eval_count / (usage.eval_duration / 1e9)
+
+
+def prefill_rate(usage: Usage | None) -> float | None:
+    """Uncached prompt tokens / prompt_eval_duration; None without the cached count."""
+    if usage is None or usage.prompt_eval_cached_count is None:
+        return None
+    processed = usage.prompt_eval_count - usage.prompt_eval_cached_count
+    if processed <= 0 or usage.prompt_eval_duration <= 0:
+        return None
+    return processed / (usage.prompt_eval_duration / 1e9)
+
+
+def output_rate(ex: Exchange) -> float | None:
+    """(output events − 1) / (last − first output time), as the proxy observes it."""
+    if ex.output_events < 2 or ex.first_output is None or ex.last_output is None:
+        return None
+    span = ex.last_output - ex.first_output
+    return (ex.output_events - 1) / span if span > 0 else None
