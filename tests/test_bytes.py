@@ -28,6 +28,8 @@ class ScriptedUpstream:
         self.piece_times: list[float] = []
 
     async def reply(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":  # the proxy's poller, not the test's traffic
+            return web.Response(status=404)
         chunks = []
         async for data in request.content.iter_any():
             self.piece_times.append(asyncio.get_running_loop().time())

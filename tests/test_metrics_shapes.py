@@ -345,3 +345,41 @@ async def test_server_busy_503(proxy: Proxy, fake_ollama: FakeOllama) -> None:
     assert errors(proxy) == {("/api/generate", "upstream_error"): 1}
     assert hist(proxy, "time_to_first_token_seconds", **GEN) == (0, 0)
     assert done_reasons(proxy) == {}
+
+
+async def test_openai_responses_stream(proxy: Proxy, fake_ollama: FakeOllama) -> None:
+    fake_ollama.script = Script(token_delay=0.01)
+    stream = await _openai(proxy).responses.create(model="llama3.2", input="hi", stream=True)
+    events = [event async for event in stream]
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    usage = completed.response.usage
+    assert usage is not None
+    await settled(proxy)
+    labels = native("/v1/responses", LLAMA)
+    assert counter(proxy, "prompt_tokens_total", **labels) == usage.input_tokens == 26
+    assert counter(proxy, "generation_tokens_total", **labels) == usage.output_tokens == 5
+    assert counter(proxy, "responses_total", **labels, done_reason="completed") == 1
+    assert hist(proxy, "inter_token_latency_seconds", **labels)[0] == 4
+    assert errors(proxy) == {}
+
+
+async def test_cold_start_reads_api_ps_again(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    # Polls every minute: only the read a cold start asks for can show the new num_ctx soon.
+    proxy = await proxy_factory(poll_interval=60)
+    await eventually(lambda: proxy.sample("ollama_tap_upstream_up") == 1)
+    fake_ollama.script = Script(load_delay=1.05)
+    client = ollama.AsyncClient(host=proxy.url)
+    await client.generate("llama3.2", "hi", options={"num_ctx": 8192})
+    await settled(proxy)
+    assert counter(proxy, "cold_starts_total", model=LLAMA) == 1
+    gauge = {"model": LLAMA}
+    await eventually(lambda: proxy.sample("ollama_tap_model_context_length", gauge) == 8192)
+    fake_ollama.script = Script()
+    await client.generate("llama3.2", "hi")
+    await settled(proxy)
+    count, ratio = hist(proxy, "context_utilization_ratio", **GEN)
+    assert count == 2 and ratio == 2 * 31 / 8192
+    assert counter(proxy, "cold_starts_total", model=LLAMA) == 1
