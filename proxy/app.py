@@ -92,6 +92,11 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"upstream": "up" if up else "down"})
 
 
+async def tap_not_found(request: web.Request) -> web.Response:
+    message = f"ollama-tap: no such path {request.path}; see /_tap/ and /_tap/api/records"
+    return web.json_response({"error": message}, status=404)
+
+
 def make_app(
     settings: Settings,
     *,
@@ -132,6 +137,8 @@ def make_app(
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
+    # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.
+    app.router.add_route("*", "/_tap/{tail:.*}", tap_not_found)
     # Last: everything else, any method, goes to Ollama.
     app.router.add_route("*", "/{tail:.*}", forwarder.handle)
     return app

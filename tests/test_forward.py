@@ -274,3 +274,18 @@ async def test_stream_error_and_incomplete_outcomes(
     ]
     assert spy.ended[0].error_message == Script().error_message
     assert [ex.request.model for ex in spy.ended] == ["llama3.2"] * 3 + ["nope"]
+
+
+async def test_unknown_tap_paths_are_the_proxys_own_404(
+    proxy: Proxy, fake_ollama: FakeOllama, raw_session: aiohttp.ClientSession
+) -> None:
+    before = len(fake_ollama.received)
+    status, _, body = await fetch(
+        raw_session,
+        "GET",
+        proxy.url + "/_tap/nothing-here",
+        headers={"Authorization": "Bearer test-admin-token"},
+    )
+    assert status == 404
+    assert orjson.loads(body)["error"].startswith("ollama-tap: no such path /_tap/nothing-here")
+    assert not [r for r in fake_ollama.received[before:] if r.path_qs.startswith("/_tap")]
