@@ -9,7 +9,8 @@ reports client-seen time to first token (TTFT) and the relay's CPU time per rela
 
     python bench/overhead.py                 # all workloads, 3 rounds
     python bench/overhead.py --rounds 5 --json results.json
-    python bench/overhead.py --tap-env OLLAMA_TAP_RECORD=off   # e.g. recorder off
+    python bench/overhead.py --tap metrics-off:OLLAMA_TAP_METRICS=false \
+                             --tap recorder-off:OLLAMA_TAP_RECORD=off   # variants side by side
 
 nginx comes from Debian (`apt-get install nginx`); it is installed when absent and we are
 root, otherwise its column is skipped.
@@ -189,13 +190,13 @@ def start_nginx(up_port: int, tmp: Path) -> tuple[subprocess.Popen[bytes], Targe
 
 
 def start_tap(
-    up_port: int, tmp: Path, extra_env: dict[str, str]
+    name: str, up_port: int, tmp: Path, extra_env: dict[str, str]
 ) -> tuple[subprocess.Popen[bytes], Target]:
     port = free_port()
     env = {
         **os.environ,
         "OLLAMA_TAP_ADMIN_TOKEN": "bench",
-        "OLLAMA_TAP_DB": str(tmp / "bench.db"),
+        "OLLAMA_TAP_DB": str(tmp / f"{name}.db"),
         "OLLAMA_TAP_LOG_LEVEL": "warning",
         **extra_env,
     }
@@ -215,7 +216,7 @@ def start_tap(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    return proc, Target("ollama-tap", f"http://127.0.0.1:{port}", [proc.pid])
+    return proc, Target(name, f"http://127.0.0.1:{port}", [proc.pid])
 
 
 def parse_args() -> argparse.Namespace:
@@ -225,14 +226,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument(
-        "--tap-env",
+        "--tap",
         action="append",
         default=[],
-        metavar="NAME=VALUE",
-        help="environment for ollama-tap (repeatable), e.g. OLLAMA_TAP_RECORD=off",
+        metavar="NAME:VAR=VALUE,...",
+        help="an extra ollama-tap variant with this environment (repeatable), "
+        "e.g. metrics-off:OLLAMA_TAP_METRICS=false",
     )
     parser.add_argument("--no-nginx", action="store_true")
     return parser.parse_args()
+
+
+def variants(specs: list[str]) -> dict[str, dict[str, str]]:
+    """`ollama-tap` as it ships, plus each `NAME:VAR=VALUE,...` given."""
+    out: dict[str, dict[str, str]] = {"ollama-tap": {}}
+    for spec in specs:
+        name, _, env = spec.partition(":")
+        out[name] = dict(pair.split("=", 1) for pair in env.split(",") if pair)
+    return out
 
 
 async def bring_up(targets: list[Target], tap: Target, spawned: float) -> float:
@@ -248,7 +259,7 @@ async def bring_up(targets: list[Target], tap: Target, spawned: float) -> float:
 
 def main() -> int:
     args = parse_args()
-    tap_env = dict(item.split("=", 1) for item in args.tap_env)
+    taps = variants(args.tap)
     tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-bench-"))
     up_port = free_port()
     upstream = [sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)]
@@ -259,14 +270,16 @@ def main() -> int:
             procs.append(started[0])
             targets.append(started[1])
         spawned = time.perf_counter()
-        proc, tap = start_tap(up_port, tmp, tap_env)
-        procs.append(proc)
-        targets.append(tap)
+        for name, env in taps.items():
+            proc, target = start_tap(name, up_port, tmp, env)
+            procs.append(proc)
+            targets.append(target)
+        tap = next(t for t in targets if t.name == "ollama-tap")
         startup = asyncio.run(bring_up(targets, tap, spawned))
         report = asyncio.run(measure(targets, args.rounds))
         report["tap_startup_s"] = startup
         report["tap_rss_mb"] = rss_mb(tap.pids)
-        report["tap_env"] = tap_env
+        report["variants"] = taps
         print_report(report)
         if args.json:
             args.json.write_text(json.dumps(report, indent=2))
@@ -310,14 +323,14 @@ def print_report(report: dict[str, Any]) -> None:
     head = ("target", "TTFT p50", "p99", "+p50", "+p99", "CPU µs/chunk", "× nginx")
     for row in report["workloads"]:
         print(f"\n{row['workload']}")
-        print("  {:<11} {:>9} {:>8} {:>7} {:>7} {:>13} {:>8}".format(*head))
+        print("  {:<14} {:>9} {:>8} {:>7} {:>7} {:>13} {:>8}".format(*head))
         data = row["targets"]
         direct = data["direct"]
         nginx_cpu = data.get("nginx", {}).get("cpu_us_per_chunk")
         for name, d in data.items():
             cpu = d["cpu_us_per_chunk"]
             print(
-                "  {:<11} {:>7.2f}ms {:>6.2f}ms {:>+7.2f} {:>+7.2f} {:>13} {:>8}".format(
+                "  {:<14} {:>7.2f}ms {:>6.2f}ms {:>+7.2f} {:>+7.2f} {:>13} {:>8}".format(
                     name,
                     d["ttft_p50_ms"],
                     d["ttft_p99_ms"],

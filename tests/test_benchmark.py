@@ -25,8 +25,11 @@ from tests.fake_ollama import FakeOllama, Script
 MODEL = "llama3.2"
 LOAD, QUEUE, PREFILL, TOKEN = 0.2, 0.05, 0.1, 0.02
 TOKENS = ["The", " sky", " is", " blue", "."]
-SLACK = 0.06
-"""Seconds a client time may exceed the injected delays (scheduling, HTTP, the proxy)."""
+CLIENT_SLACK = 0.15
+"""Seconds a client time may exceed the injected delays (scheduling, HTTP, the proxy, a busy CI
+machine); the delays are lower bounds, and exact formulas are checked on fixed replies below."""
+SERVER_SLACK = 0.06
+"""The same for the phases the fake measures on its own clock."""
 
 
 def timed_script(**overrides: Any) -> Script:
@@ -60,25 +63,26 @@ def assert_close_to_truth(target: dict[str, Any]) -> None:
     figures = target["figures"]
     first = LOAD + QUEUE + PREFILL
     for stat in ("min", "p50", "max"):
-        assert first <= figures["ttft"][stat] < first + SLACK
-        assert first <= figures["ttfc"][stat] < first + SLACK
-        assert LOAD <= figures["load"][stat] < LOAD + 0.02
-        assert QUEUE - 0.005 <= figures["queue_wait"][stat] < QUEUE + 0.02
-        assert first - 0.005 <= figures["server_ttft"][stat] < first + 0.02
-        assert -0.01 < figures["client_overhead"][stat] < SLACK
+        assert first <= figures["ttft"][stat] < first + CLIENT_SLACK
+        assert first <= figures["ttfc"][stat] < first + CLIENT_SLACK
+        assert LOAD <= figures["load"][stat] < LOAD + SERVER_SLACK
+        assert QUEUE - 0.005 <= figures["queue_wait"][stat] < QUEUE + SERVER_SLACK
+        assert first - 0.005 <= figures["server_ttft"][stat] < first + SERVER_SLACK
+        assert -0.01 < figures["client_overhead"][stat] < CLIENT_SLACK
     duration = first + TOKEN * (len(TOKENS) - 1)
-    assert duration <= figures["duration"]["p50"] < duration + SLACK
+    assert duration <= figures["duration"]["p50"] < duration + CLIENT_SLACK
     # The fake reports eval_count = 5 over the 4 gaps between its chunks.
     truth = len(TOKENS) / (TOKEN * (len(TOKENS) - 1))
-    assert truth * 0.7 < figures["decode_rate"]["p50"] <= truth * 1.01
-    assert 0.7 / TOKEN < figures["output_rate"]["p50"] <= 1.05 / TOKEN
+    assert truth * 0.5 < figures["decode_rate"]["p50"] <= truth * 1.01
+    # Under load, chunks can arrive bunched: the observed rate may then exceed the paced one.
+    assert 0.5 / TOKEN < figures["output_rate"]["p50"] < 2 / TOKEN
     assert figures["prefill_rate"]["n"] == 0
     assert target["notes"] == {"prefill_rate": NEEDS_NEWER_OLLAMA}
 
 
 async def test_figures_match_the_injected_delays(fake_ollama: FakeOllama) -> None:
     fake_ollama.script = timed_script()
-    code, doc = await bench_json("--url", fake_ollama.url, "-n", "3", "-c", "2")
+    code, doc = await bench_json("--url", fake_ollama.url, "-n", "3", "-c", "2", "--warmup", "0")
     assert code == 0
     (target,) = doc["targets"]
     assert (target["requests"], target["ok"], target["errors"]) == (3, 3, {})
@@ -88,7 +92,7 @@ async def test_figures_match_the_injected_delays(fake_ollama: FakeOllama) -> Non
 
 async def test_figures_through_the_proxy(fake_ollama: FakeOllama, proxy: Proxy) -> None:
     fake_ollama.script = timed_script()
-    code, doc = await bench_json("--url", proxy.url, "-n", "3", "--api", "chat")
+    code, doc = await bench_json("--url", proxy.url, "-n", "3", "--api", "chat", "--warmup", "0")
     assert code == 0
     assert doc["api"] == "chat"
     assert_close_to_truth(doc["targets"][0])
@@ -236,9 +240,9 @@ async def test_compare_measures_what_a_proxy_costs(
     ratios, deltas = doc["ratios"], doc["deltas"]
     assert code == 0
     truth = (PREFILL + cost) / PREFILL
-    assert truth * 0.9 < ratios["ttft"]["p50"] < truth * 1.1
+    assert truth * 0.85 < ratios["ttft"]["p50"] < truth * 1.25
     for figure in ("ttft", "ttfc", "duration", "client_overhead"):
-        assert cost - 0.01 < deltas[figure]["p50"] < cost + 0.02
+        assert cost - 0.02 < deltas[figure]["p50"] < cost + 0.04
     # Ollama's side did not change: its own figures are the same on both.
     assert 0.9 < ratios["server_ttft"]["p50"] < 1.1
     assert abs(deltas["queue_wait"]["p50"]) < 0.01
