@@ -67,6 +67,41 @@ class Usage:
     has_timings: bool = False
     """True when the reply carried Ollama's native duration fields (native routes only)."""
 
+    # The derived figures of DESIGN ("Measurements"), defined once for every consumer.
+
+    @property
+    def queue_wait_ns(self) -> int:
+        """total − load − prompt_eval − eval, clamped at 0: slot wait, templating, tokenizing."""
+        phases = self.load_duration + self.prompt_eval_duration + self.eval_duration
+        return max(0, self.total_duration - phases)
+
+    @property
+    def context_size(self) -> int:
+        return self.prompt_eval_count + self.eval_count
+
+    @property
+    def decode_rate(self) -> float | None:
+        """eval_count / eval_duration (tokens/s), only for ≥ 2 tokens over ≥ 1 ms."""
+        if self.eval_count < 2 or self.eval_duration < MS_NS:
+            return None
+        return self.eval_count / (self.eval_duration / 1e9)
+
+    @property
+    def prefill_tokens(self) -> int | None:
+        """Prompt tokens actually processed (not served from the KV cache); None when
+        Ollama did not report the cached count, because then nobody can tell."""
+        if self.prompt_eval_cached_count is None:
+            return None
+        return self.prompt_eval_count - self.prompt_eval_cached_count
+
+    @property
+    def prefill_rate(self) -> float | None:
+        """Uncached prompt tokens / prompt_eval_duration, when both are > 0."""
+        tokens = self.prefill_tokens
+        if tokens is None or tokens <= 0 or self.prompt_eval_duration <= 0:
+            return None
+        return tokens / (self.prompt_eval_duration / 1e9)
+
 
 @dataclass(slots=True)
 class RequestFields:
@@ -84,6 +119,9 @@ class RequestFields:
     truncated: bool = False
     """True when the body was larger than the tee cap, so the fields are unknown."""
 
+
+MS_NS = 1_000_000
+"""One millisecond in Ollama's unit; the decode-rate guard's minimum duration."""
 
 _ids = itertools.count(1)
 _id_prefix = f"{os.getpid():x}{int(time.time()):x}"
@@ -139,8 +177,6 @@ class Exchange:
     """When the first non-thinking output chunk was written: time to first content."""
     last_output: float | None = None
     output_events: int = 0
-    output_chunks: list[OutputChunk] | None = None
-    """Kept only when an observer asked for it (the recorder's timeline)."""
     first_created_at: str | None = None
     """Ollama's `created_at` of the first output chunk (server TTFT)."""
     final_created_at: str | None = None
@@ -176,3 +212,20 @@ class Exchange:
     @property
     def ttfc(self) -> float | None:
         return self.elapsed(self.first_content)
+
+    @property
+    def output_rate(self) -> float | None:
+        """(output events − 1) / (last − first output time): the observed output rate."""
+        if self.output_events < 2 or self.first_output is None or self.last_output is None:
+            return None
+        span = self.last_output - self.first_output
+        return (self.output_events - 1) / span if span > 0 else None
+
+    def note_output(self, piece: OutputChunk) -> None:
+        """Stamp an output piece's write time: first output, first content, last, count."""
+        if self.first_output is None:
+            self.first_output = piece.at
+        if self.first_content is None and piece.kind is not OutputKind.THINKING:
+            self.first_content = piece.at
+        self.last_output = piece.at
+        self.output_events += 1

@@ -15,7 +15,7 @@ from yarl import URL
 
 from proxy import ollama
 from proxy.config import Settings
-from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind
+from proxy.exchange import Exchange, Outcome, OutputChunk
 from proxy.hooks import Hooks
 
 log = structlog.get_logger("ollama_tap.forward")
@@ -252,18 +252,8 @@ class _Relay:
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return resp
-        self.finish(self.verdict(reader))
+        self.finish(ollama.outcome_of(self.ex, reader))
         return resp
-
-    def verdict(self, reader: ollama.Reader | None) -> Outcome:
-        ex = self.ex
-        if ex.status is not None and ex.status >= 400:
-            return Outcome.UPSTREAM_ERROR
-        if reader is not None and reader.errored:
-            return Outcome.STREAM_ERROR
-        if reader is not None and ex.streamed and not reader.complete:
-            return Outcome.INCOMPLETE
-        return Outcome.OK
 
     def outputs(self, pieces: list[OutputChunk]) -> None:
         if not pieces:
@@ -271,12 +261,7 @@ class _Relay:
         ex = self.ex
         wants = self.hooks.wants_chunks
         for piece in pieces:
-            if ex.first_output is None:
-                ex.first_output = piece.at
-            if ex.first_content is None and piece.kind is not OutputKind.THINKING:
-                ex.first_content = piece.at
-            ex.last_output = piece.at
-            ex.output_events += 1
+            ex.note_output(piece)
             if wants:
                 self.hooks.chunk(ex, piece)
 

@@ -64,7 +64,6 @@ DONE_REASONS: Final = LOAD_REASONS | {
 """done_reason (or finish/stop reason) values kept as labels; others are `other`."""
 COLD_START_NS: Final = 1_000_000_000
 """A load_duration above this is a cold start (and /api/ps is read again for num_ctx)."""
-MS_NS: Final = 1_000_000
 CTX_CLASSES: Final = ((4096, "le4k"), (16384, "le16k"), (65536, "le64k"))
 
 E, M, S = "endpoint", "model", "stream"
@@ -347,10 +346,8 @@ class MetricsObserver:
             self.m.ttft.labels(endpoint, model).observe(ex.ttft)
         if ex.ttfc is not None:
             self.m.ttfc.labels(endpoint, model).observe(ex.ttfc)
-        if ex.output_events >= 2 and ex.first_output is not None and ex.last_output is not None:
-            span = ex.last_output - ex.first_output
-            if span > 0:
-                self.m.output_rate.labels(endpoint, model).observe((ex.output_events - 1) / span)
+        if (rate := ex.output_rate) is not None:
+            self.m.output_rate.labels(endpoint, model).observe(rate)
 
     def _tokens(self, usage: Usage, endpoint: str, model: str) -> None:
         self.m.prompt_tokens.labels(endpoint, model).inc(usage.prompt_eval_count)
@@ -367,30 +364,24 @@ class MetricsObserver:
                 self.models.poke_ps()
         if endpoint not in NATIVE_GENERATION:
             return
-        phases = usage.load_duration + usage.prompt_eval_duration + usage.eval_duration
-        self.m.queue.labels(*labels).observe(max(0, usage.total_duration - phases) / 1e9)
+        self.m.queue.labels(*labels).observe(usage.queue_wait_ns / 1e9)
         self.m.prompt_eval.labels(*labels).observe(usage.prompt_eval_duration / 1e9)
         self.m.eval.labels(*labels).observe(usage.eval_duration / 1e9)
 
     def _rates(self, usage: Usage, endpoint: str, model: str) -> None:
         if usage.eval_count > 0 and usage.eval_duration > 0:
-            ctx = ctx_class(usage.prompt_eval_count + usage.eval_count)
+            ctx = ctx_class(usage.context_size)
             self.m.decode_tokens.labels(model, ctx).inc(usage.eval_count)
             self.m.decode_seconds.labels(model, ctx).inc(usage.eval_duration / 1e9)
-        if usage.eval_count >= 2 and usage.eval_duration >= MS_NS:
-            rate = usage.eval_count / (usage.eval_duration / 1e9)
-            self.m.decode_rate.labels(endpoint, model).observe(rate)
-        if usage.prompt_eval_cached_count is None:
-            return
-        processed = usage.prompt_eval_count - usage.prompt_eval_cached_count
-        if processed > 0 and usage.prompt_eval_duration > 0:
-            seconds = usage.prompt_eval_duration / 1e9
-            self.m.prefill_rate.labels(endpoint, model).observe(processed / seconds)
-            self.m.prefill_tokens.labels(model).inc(processed)
-            self.m.prefill_seconds.labels(model).inc(seconds)
+        if (decode := usage.decode_rate) is not None:
+            self.m.decode_rate.labels(endpoint, model).observe(decode)
+        if (prefill := usage.prefill_rate) is not None and usage.prefill_tokens is not None:
+            self.m.prefill_rate.labels(endpoint, model).observe(prefill)
+            self.m.prefill_tokens.labels(model).inc(usage.prefill_tokens)
+            self.m.prefill_seconds.labels(model).inc(usage.prompt_eval_duration / 1e9)
 
     def _context(self, ex: Exchange, usage: Usage, endpoint: str, model: str) -> None:
-        size = usage.prompt_eval_count + usage.eval_count
+        size = usage.context_size
         if size <= 0:
             return
         self.m.context_tokens.labels(endpoint, model).observe(size)

@@ -8,7 +8,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from proxy.exchange import Exchange, OutputChunk, OutputKind, RequestFields, Usage
+from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
 from proxy.framing import LineSplitter, SseEvent, SseSplitter
 
 Family = Literal["ollama", "openai", "anthropic"]
@@ -192,6 +192,17 @@ class Reader(Protocol):
     def feed(self, data: bytes, at: float) -> list[OutputChunk]: ...
 
     def close(self, at: float) -> list[OutputChunk]: ...
+
+
+def outcome_of(ex: Exchange, reader: Reader | None) -> Outcome:
+    """How a reply that was relayed to its end turned out (the shared outcome rules)."""
+    if ex.status is not None and ex.status >= 400:
+        return Outcome.UPSTREAM_ERROR
+    if reader is not None and reader.errored:
+        return Outcome.STREAM_ERROR
+    if reader is not None and ex.streamed and not reader.complete:
+        return Outcome.INCOMPLETE
+    return Outcome.OK
 
 
 def reader_for(ex: Exchange, reply_limit: int) -> Reader | None:

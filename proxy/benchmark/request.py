@@ -11,8 +11,7 @@ import orjson
 from yarl import URL
 
 from proxy import ollama
-from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
-from proxy.metrics import MS_NS
+from proxy.exchange import Exchange, Outcome, OutputChunk, RequestFields
 from proxy.recorder.record import timings
 
 Api = Literal["generate", "chat"]
@@ -111,27 +110,20 @@ async def _stream(
 
 
 def _outputs(ex: Exchange, pieces: list[OutputChunk]) -> None:
-    """Stamp output times as the forwarder does (first output, first content, last, count)."""
     for piece in pieces:
-        if ex.first_output is None:
-            ex.first_output = piece.at
-        if ex.first_content is None and piece.kind is not OutputKind.THINKING:
-            ex.first_content = piece.at
-        ex.last_output = piece.at
-        ex.output_events += 1
+        ex.note_output(piece)
 
 
 def _verdict(ex: Exchange, reader: ollama.Reader | None, text: str) -> Outcome:
-    """The forwarder's outcome rules, with the HTTP status put in front of the message."""
-    if ex.status is not None and ex.status >= 400:
+    """The proxy's outcome rules, with the HTTP status put in front of the message."""
+    outcome = ollama.outcome_of(ex, reader)
+    if outcome is Outcome.UPSTREAM_ERROR:
         ex.error_message = f"HTTP {ex.status}: {ex.error_message or text or 'no message'}"
-        return Outcome.UPSTREAM_ERROR
-    if reader is not None and reader.errored:
-        return Outcome.STREAM_ERROR
-    if reader is None or not reader.complete:
+    elif outcome is Outcome.OK and (reader is None or not reader.complete):
+        outcome = Outcome.INCOMPLETE
+    if outcome is Outcome.INCOMPLETE:
         ex.error_message = "the stream ended without Ollama's final object"
-        return Outcome.INCOMPLETE
-    return Outcome.OK
+    return outcome
 
 
 def _sample(ex: Exchange, outcome: Outcome) -> Sample:
@@ -139,36 +131,11 @@ def _sample(ex: Exchange, outcome: Outcome) -> Sample:
         return Sample(kind=outcome.value, message=ex.error_message)
     measured = timings(ex)
     values: dict[str, float | None] = {name: measured[name] for name in _TIMED}
-    values["decode_rate"] = decode_rate(ex.usage)
-    values["prefill_rate"] = prefill_rate(ex.usage)
-    values["output_rate"] = output_rate(ex)
+    values["decode_rate"] = ex.usage.decode_rate if ex.usage else None
+    values["prefill_rate"] = ex.usage.prefill_rate if ex.usage else None
+    values["output_rate"] = ex.output_rate
     return Sample(
         kind=outcome.value,
         values={name: v for name, v in values.items() if v is not None},
         cached_reported=ex.usage is not None and ex.usage.prompt_eval_cached_count is not None,
     )
-
-
-def decode_rate(usage: Usage | None) -> float | None:
-    """eval_count / eval_duration, guarded as DESIGN says (≥ 2 tokens over ≥ 1 ms)."""
-    if usage is None or usage.eval_count < 2 or usage.eval_duration < MS_NS:
-        return None
-    return usage.eval_count / (usage.eval_duration / 1e9)
-
-
-def prefill_rate(usage: Usage | None) -> float | None:
-    """Uncached prompt tokens / prompt_eval_duration; None without the cached count."""
-    if usage is None or usage.prompt_eval_cached_count is None:
-        return None
-    processed = usage.prompt_eval_count - usage.prompt_eval_cached_count
-    if processed <= 0 or usage.prompt_eval_duration <= 0:
-        return None
-    return processed / (usage.prompt_eval_duration / 1e9)
-
-
-def output_rate(ex: Exchange) -> float | None:
-    """(output events − 1) / (last − first output time), as the proxy observes it."""
-    if ex.output_events < 2 or ex.first_output is None or ex.last_output is None:
-        return None
-    span = ex.last_output - ex.first_output
-    return (ex.output_events - 1) / span if span > 0 else None

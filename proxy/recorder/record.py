@@ -64,7 +64,7 @@ def timings(ex: Exchange) -> dict[str, float | None]:
     load, prefill = u.load_duration / _NS, u.prompt_eval_duration / _NS
     decode, total = u.eval_duration / _NS, u.total_duration / _NS
     out.update(load=load, prefill=prefill, decode=decode, total=total)
-    out["queue_wait"] = max(0.0, total - load - prefill - decode)
+    out["queue_wait"] = u.queue_wait_ns / _NS
     first, final = _wall(ex.first_created_at), _wall(ex.final_created_at)
     if first is not None and final is not None:
         server_ttft = first - (final - total)
