@@ -25,11 +25,13 @@ run: $(VENV)/.run-deps
 	$(VENV)/bin/ollama-tap serve $(ARGS)
 
 ## system-deps: Debian packages the suite uses (prometheus and promtool for the rule and
-## dashboard tests, amtool for the Alertmanager config); installed only when missing.
+## dashboard tests, amtool for the Alertmanager config, chromium for the inspector page);
+## installed only when missing.
 system-deps:
 	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 \
-	  && command -v amtool >/dev/null 2>&1 || { $(APT) update -qq && \
-	  $(APT) install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null; }
+	  && command -v amtool >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || { \
+	  $(APT) update -qq && $(APT) install -y -qq --no-install-recommends \
+	  prometheus prometheus-alertmanager chromium fonts-dejavu-core >/dev/null; }
 
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check proxy tests bench grafana

@@ -14,6 +14,7 @@ from proxy.config import Settings
 from proxy.forward import Forwarder
 from proxy.hooks import Hooks
 from proxy.hostcheck import host_check
+from proxy.inspector import add_routes as add_inspector_routes
 from proxy.metrics import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
 from proxy.recorder import Recorder
@@ -137,6 +138,7 @@ def make_app(
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
+    add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.
     app.router.add_route("*", "/_tap/{tail:.*}", tap_not_found)
     # Last: everything else, any method, goes to Ollama.

@@ -55,8 +55,8 @@ function count(value) {
   return value === null || value === undefined ? "–" : String(value);
 }
 
-function rate(value) {
-  return value === null ? "–" : `${value.toFixed(value < 10 ? 2 : 1)} tok/s`;
+function rate(value, unit = "tok/s") {
+  return value === null ? "–" : `${value.toFixed(value < 10 ? 2 : 1)} ${unit}`;
 }
 
 function bytes(value) {
@@ -482,7 +482,11 @@ function timingsTable(r) {
     ["context size", count(r.context_len), "ids in the reply's context"],
     ["decode rate", rate(decodeRate(r)), "eval_count / eval_duration"],
     ["prefill rate", rate(prefillRate(r)), "uncached prompt tokens / prefill"],
-    ["observed output rate", rate(outputRate(r.timeline)), "(pieces − 1) / their time span"],
+    [
+      "observed output rate",
+      rate(outputRate(r.timeline), "pieces/s"),
+      "(pieces − 1) / their time span",
+    ],
   ];
   return h(
     "table",
