@@ -114,11 +114,16 @@ class Target:
 class Workload:
     name: str
     streams: int
+    """Streams at once."""
     tokens: int
     delay: float
+    """Seconds between tokens (0: as fast as possible)."""
+    waves: int = 1
+    """How many times the batch of streams runs, one after the other, per round."""
 
 
 WORKLOADS = [
+    Workload("single (one stream at a time, 5 ms/token)", 1, 20, 0.005, waves=40),
     Workload("burst (500 tokens asap, 8 at once)", 8, 500, 0.0),
     Workload("paced (5 ms/token, 64 at once)", 64, 200, 0.005),
     Workload("light (5 ms/token, 8 at once)", 8, 100, 0.005),
@@ -156,9 +161,11 @@ async def run_round(target: Target, w: Workload) -> tuple[list[float], int, floa
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         await one_stream(session, target.url, Workload("warm", 1, 5, 0))
         before = cpu_seconds(target.pids)
-        results = await asyncio.gather(
-            *(one_stream(session, target.url, w) for _ in range(w.streams))
-        )
+        results = []
+        for _ in range(w.waves):
+            results += await asyncio.gather(
+                *(one_stream(session, target.url, w) for _ in range(w.streams))
+            )
         cpu = cpu_seconds(target.pids) - before
     ttfts = [r[0] for r in results]
     chunks = sum(r[1] for r in results)

@@ -19,6 +19,8 @@ class _RawLines:
 
     def feed(self, data: bytes) -> list[bytes]:
         nl = data.find(b"\n")
+        if nl >= 0 and nl == len(data) - 1 and not self._tail:
+            return [data[:nl]]  # one whole line, the usual piece of a token stream
         if nl < 0:
             self._tail += data
             return []

@@ -63,10 +63,16 @@ class Hooks:
             ]
             for hook in HOOKS
         }
-        self.wants_chunks = bool(self._table["chunk"])
+        self._chunk_takers = self._table["chunk"]
+        self.wants_chunks = bool(self._chunk_takers)
 
     def _call(self, hook: str, *args: Any) -> None:
-        for name, method in self._table[hook]:
+        self._dispatch(hook, self._table[hook], *args)
+
+    def _dispatch(
+        self, hook: str, takers: list[tuple[str, Callable[..., Any]]], *args: Any
+    ) -> None:
+        for name, method in takers:
             try:
                 method(*args)
             except Exception:
@@ -80,7 +86,7 @@ class Hooks:
         self._call("response_headers", ex)
 
     def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
-        self._call("chunk", ex, piece)
+        self._dispatch("chunk", self._chunk_takers, ex, piece)
 
     def end(self, ex: Exchange) -> None:
         """Fire ``response`` or ``error`` according to ``ex.outcome``."""
