@@ -241,6 +241,9 @@ def parse_args() -> argparse.Namespace:
         "e.g. metrics-off:OLLAMA_TAP_METRICS=false",
     )
     parser.add_argument("--no-nginx", action="store_true")
+    parser.add_argument(
+        "--only", metavar="WORD", help="run only the workloads whose name contains WORD"
+    )
     return parser.parse_args()
 
 
@@ -283,7 +286,7 @@ def main() -> int:
             targets.append(target)
         tap = next(t for t in targets if t.name == "ollama-tap")
         startup = asyncio.run(bring_up(targets, tap, spawned))
-        report = asyncio.run(measure(targets, args.rounds))
+        report = asyncio.run(measure(targets, args.rounds, args.only))
         report["tap_startup_s"] = startup
         report["tap_rss_mb"] = rss_mb(tap.pids)
         report["variants"] = taps
@@ -302,9 +305,11 @@ def main() -> int:
     return 0
 
 
-async def measure(targets: list[Target], rounds: int) -> dict[str, Any]:
+async def measure(targets: list[Target], rounds: int, only: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"workloads": []}
     for w in WORKLOADS:
+        if only and only not in w.name:
+            continue
         ttfts: dict[str, list[float]] = {t.name: [] for t in targets}
         cpu: dict[str, float] = {t.name: 0.0 for t in targets}
         chunks: dict[str, int] = {t.name: 0 for t in targets}

@@ -20,6 +20,7 @@ from prometheus_client import (
 from prometheus_client.exposition import choose_encoder
 
 from proxy.exchange import Exchange, Outcome, OutputChunk, Usage
+from proxy.gaps import GapHistogram, GapSeries
 from proxy.names import ModelLabels
 from proxy.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS, NATIVE_GENERATION
 
@@ -130,9 +131,9 @@ class RequestMetrics:
             [E, M],
             LATENCY_BUCKETS,
         )
-        self.inter_token = _histogram(
+        self.inter_token = GapHistogram(
             r,
-            "inter_token_latency_seconds",
+            f"{NS}_inter_token_latency_seconds",
             "Gaps between output chunks as relayed.",
             [E, M],
             INTER_TOKEN_BUCKETS,
@@ -274,7 +275,7 @@ class _State:
         self.model = model
         self.in_flight = in_flight
         self.last_at: float | None = None
-        self.gaps: Histogram | None = None
+        self.gaps: GapSeries | None = None
 
 
 class MetricsObserver:

@@ -1,0 +1,49 @@
+"""The hand-counted inter-token histogram exposes exactly what prometheus_client's would."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from proxy.gaps import GapHistogram
+
+BUCKETS = (0.0005, 0.001, 0.005, 0.1, 1, 10)
+GAPS = [0.0001, 0.0005, 0.0007, 0.001, 0.004, 0.2, 0.2, 3.0, 10.0, 42.0]
+
+
+def _without_created(text: bytes) -> list[str]:
+    return [line for line in text.decode().splitlines() if "_created" not in line]
+
+
+@pytest.mark.parametrize("render", [generate_latest, generate_openmetrics])
+def test_same_exposition_as_the_librarys_histogram(render: object) -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    mine = GapHistogram(ours, "x_gap_seconds", "Gaps.", ["endpoint", "model"], BUCKETS)
+    ref = Histogram(
+        "x_gap_seconds", "Gaps.", ["endpoint", "model"], buckets=BUCKETS, registry=theirs
+    )
+    for gap in GAPS:
+        mine.labels("/api/chat", "m:latest").observe(gap)
+        ref.labels("/api/chat", "m:latest").observe(gap)
+    assert _without_created(render(ours)) == _without_created(render(theirs))  # type: ignore[operator]
+
+
+def test_samples_read_back_through_the_registry() -> None:
+    registry = CollectorRegistry()
+    hist = GapHistogram(registry, "x_gap_seconds", "Gaps.", ["endpoint", "model"], BUCKETS)
+    for gap in GAPS:
+        hist.labels("e", "m").observe(gap)
+    labels = {"endpoint": "e", "model": "m"}
+    assert registry.get_sample_value("x_gap_seconds_count", labels) == len(GAPS)
+    assert registry.get_sample_value("x_gap_seconds_sum", labels) == pytest.approx(sum(GAPS))
+    assert registry.get_sample_value("x_gap_seconds_bucket", {**labels, "le": "0.0005"}) == 2
+    assert registry.get_sample_value("x_gap_seconds_bucket", {**labels, "le": "10.0"}) == 9
+    assert registry.get_sample_value("x_gap_seconds_bucket", {**labels, "le": "+Inf"}) == 10
+
+
+def test_a_second_family_with_the_same_name_is_refused() -> None:
+    registry = CollectorRegistry()
+    GapHistogram(registry, "x_gap_seconds", "Gaps.", ["endpoint"], BUCKETS)
+    with pytest.raises(ValueError, match="Duplicated"):
+        GapHistogram(registry, "x_gap_seconds", "Gaps.", ["endpoint"], BUCKETS)
