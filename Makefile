@@ -25,13 +25,13 @@ run: $(VENV)/.run-deps
 	$(VENV)/bin/ollama-tap serve $(ARGS)
 
 ## system-deps: Debian packages the suite uses (prometheus and promtool for the rule and
-## dashboard tests, amtool for the Alertmanager config, chromium for the inspector page);
-## installed only when missing.
+## dashboard tests, amtool for the Alertmanager config, chromium for the inspector page,
+## openssl for a test certificate); installed only when missing.
 system-deps:
-	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 \
-	  && command -v amtool >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || { \
-	  $(APT) update -qq && $(APT) install -y -qq --no-install-recommends \
-	  prometheus prometheus-alertmanager chromium fonts-dejavu-core >/dev/null; }
+	@for tool in promtool prometheus amtool chromium openssl; do \
+	  command -v $$tool >/dev/null 2>&1 || missing=1; done; \
+	[ -z "$$missing" ] || { $(APT) update -qq && $(APT) install -y -qq --no-install-recommends \
+	  prometheus prometheus-alertmanager chromium fonts-dejavu-core openssl >/dev/null; }
 
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check proxy tests bench grafana

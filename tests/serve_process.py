@@ -20,11 +20,12 @@ def free_port() -> int:
 
 
 async def serve(
-    upstream: str, db: Path, *flags: str, capture: bool = False
+    upstream: str, db: Path, *flags: str, capture: bool = False, tls: bool = False
 ) -> tuple[asyncio.subprocess.Process, str]:
     """Start `ollama-tap serve` in front of `upstream`; return once it answers healthz.
 
-    With `capture`, stderr (the JSON log) is piped for the test to read after exit.
+    With `capture`, stderr (the JSON log) is piped for the test to read after exit; with
+    `tls`, the flags carry a certificate and the URL is https (not verified: self-signed).
     """
     port = free_port()
     env = {**os.environ, "OLLAMA_TAP_ADMIN_TOKEN": ADMIN_TOKEN, "OLLAMA_TAP_DB": str(db)}
@@ -33,11 +34,11 @@ async def serve(
         sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream,
         *flags, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     async with aiohttp.ClientSession() as s:
         for _ in range(200):
             try:
-                async with s.get(f"{url}/_tap/healthz"):
+                async with s.get(f"{url}/_tap/healthz", ssl=False):
                     return proc, url
             except aiohttp.ClientConnectionError:
                 await asyncio.sleep(0.05)

@@ -114,3 +114,30 @@ async def test_sigterm_past_the_grace_period_cuts_streams_and_exits_0(
     assert await asyncio.wait_for(proc.wait(), 30) == 0
     _, stderr = await proc.communicate()
     assert b'"outcome": "shutdown"' in stderr
+
+
+async def test_serve_speaks_tls_with_a_cert_and_key(
+    slow_upstream: tuple[SlowUpstream, str], tmp_path: Any
+) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = await asyncio.create_subprocess_exec(
+        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert await made.wait() == 0
+    _, upstream = slow_upstream
+    proc, url = await serve(
+        upstream, tmp_path / "r.db", "--tls-cert", str(cert), "--tls-key", str(key), tls=True
+    )
+    try:
+        assert url.startswith("https://")
+        async with aiohttp.ClientSession() as s:
+            async with s.post(
+                url + "/api/generate", json={"model": "m", "lines": 3}, ssl=False
+            ) as resp:
+                assert resp.status == 200
+                assert len([line async for line in resp.content]) == 3
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
