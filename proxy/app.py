@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import aiohttp
 from aiohttp import web
@@ -11,7 +11,9 @@ from prometheus_client import CollectorRegistry
 from proxy import auth
 from proxy.accesslog import AccessLog
 from proxy.config import Settings
-from proxy.forward import Forwarder
+from proxy.exchange import Exchange
+from proxy.fastrelay import FastRelay, UpstreamPool
+from proxy.forward import Forwarder, _Relay
 from proxy.hooks import Hooks
 from proxy.hostcheck import host_check
 from proxy.inspector import add_routes as add_inspector_routes
@@ -30,6 +32,7 @@ SESSION = web.AppKey("session", aiohttp.ClientSession)
 POLLER = web.AppKey("poller", UpstreamPoller)
 RECORDER = web.AppKey("recorder", Recorder)
 SHUTTING_DOWN = web.AppKey("shutting_down", list[bool])
+FORWARDER = web.AppKey("forwarder", Forwarder)
 ADMIN_TOKEN = web.AppKey("admin_token", str)
 VOCABS = web.AppKey("vocabs", VocabCache)
 """Vocabularies by model digest, for the read API's decoded `context` (never the hot path)."""
@@ -84,8 +87,23 @@ async def _recorder(app: web.Application) -> AsyncIterator[None]:
     await app[RECORDER].stop()
 
 
+def _fast_relay(
+    app: web.Application, settings: Settings
+) -> Callable[[Forwarder, web.Request, Exchange], _Relay]:
+    """The experimental relay (setting `relay = "fast"`) and its connection pool, closed
+    with the app after in-flight exchanges ended."""
+    pool = UpstreamPool(settings.upstream_url, settings.connect_timeout, settings.read_timeout)
+
+    async def close(_: web.Application) -> None:
+        pool.close()
+
+    app.on_cleanup.append(close)
+    return lambda fwd, request, ex: FastRelay(fwd, request, ex, pool)
+
+
 async def _mark_shutdown(app: web.Application) -> None:
     app[SHUTTING_DOWN][0] = True
+    app[FORWARDER].cancel_after(app[SETTINGS].shutdown_grace)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -132,8 +150,13 @@ def make_app(
     app.on_shutdown.append(_mark_shutdown)
 
     forwarder = Forwarder(
-        settings, hooks, session=lambda: app[SESSION], shutting_down=lambda: app[SHUTTING_DOWN][0]
+        settings,
+        hooks,
+        session=lambda: app[SESSION],
+        shutting_down=lambda: app[SHUTTING_DOWN][0],
+        make_relay=_fast_relay(app, settings) if settings.relay == "fast" else None,
     )
+    app[FORWARDER] = forwarder
     app.router.add_get("/_tap/healthz", healthz)
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))

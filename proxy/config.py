@@ -6,7 +6,7 @@ import enum
 import ipaddress
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="debug, info, warning or error.")
     tls_cert: Path | None = Field(None, description="PEM certificate to serve HTTPS.")
     tls_key: Path | None = Field(None, description="PEM private key for --tls-cert.")
+    relay: Literal["aiohttp", "fast"] = Field(
+        "aiohttp",
+        description="Upstream relay: aiohttp's client, or 'fast' (experimental: replies "
+        "relayed from the socket callback, see proxy/fastrelay).",
+    )
 
     @field_validator("metrics_path")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Final
+from typing import Any, Final
 
 import aiohttp
 import structlog
@@ -85,22 +85,27 @@ class Forwarder:
         hooks: Hooks,
         session: Callable[[], aiohttp.ClientSession],
         shutting_down: Callable[[], bool],
+        make_relay: Callable[[Forwarder, web.Request, Exchange], _Relay] | None = None,
     ) -> None:
         self.settings = settings
+        self._make_relay = make_relay or _Relay
         self.hooks = hooks
         self._session = session
         self._shutting_down = shutting_down
+        self._in_flight: set[asyncio.Task[Any]] = set()
         up = settings.upstream_url
         self.upstream = up
-        self.upstream_host = f"{up.host}:{up.port}" if up.port else str(up.host)
+        host = f"[{up.host}]" if up.host and ":" in up.host else str(up.host)
+        self.upstream_host = f"{host}:{up.port}" if up.port else host
         self.timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=settings.connect_timeout, sock_read=settings.read_timeout
         )
 
     def target(self, request: web.Request) -> URL:
-        # raw_path keeps the client's exact encoding (and query string); only the origin
-        # (and Ollama's path prefix, if OLLAMA_HOST had one) changes.
-        return URL(str(self.upstream).rstrip("/") + request.raw_path, encoded=True)
+        # The client's exact path and query encoding; only the origin (and Ollama's path
+        # prefix, if OLLAMA_HOST had one) changes. rel_url, not raw_path: a request line in
+        # absolute form (`GET http://host/api/tags`) must not carry its origin along.
+        return URL(str(self.upstream).rstrip("/") + request.rel_url.raw_path_qs, encoded=True)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         ex = Exchange(
@@ -111,7 +116,11 @@ class Forwarder:
             client=request.remote or "",
             request_headers=dict(request.headers),
         )
-        relay = _Relay(self, request, ex)
+        relay = self._make_relay(self, request, ex)
+        task = asyncio.current_task()
+        if task is not None:
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
         try:
             return await relay.run()
         except asyncio.CancelledError:
@@ -125,6 +134,20 @@ class Forwarder:
                 raise
             message = "ollama-tap: internal error while relaying this request; see the proxy log."
             return await relay.proxy_error(500, message, Outcome.PROXY_ERROR)
+
+
+    def cancel_after(self, grace: float) -> None:
+        """Cancel every exchange still in flight `grace` seconds from now (`shutdown`).
+
+        aiohttp's own shutdown waits its timeout once for handlers to finish and then once
+        more after asking them to stop, which a relay reading the upstream never notices:
+        the grace period would double. Cancelling here keeps it to `grace`.
+        """
+        asyncio.get_running_loop().call_later(grace, self._cancel_all)
+
+    def _cancel_all(self) -> None:
+        for task in list(self._in_flight):
+            task.cancel()
 
 
 class _Relay:

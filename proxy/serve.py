@@ -49,8 +49,9 @@ def serve(settings: Settings) -> int:
 
     Shutdown phases (aiohttp's runner): stop accepting connections; mark the app as shutting
     down; let in-flight exchanges run on for `shutdown_grace` seconds; cancel what is left
-    (recorded with outcome `shutdown`); close the upstream session, the poller and the
-    recorder, which drains its queue to disk.
+    (recorded with outcome `shutdown`, by the forwarder at exactly the end of the grace
+    period); close the upstream session, the poller and the recorder, which drains its
+    queue to disk.
     """
     logs.configure(settings.log_level)
     app = make_app(settings)
@@ -64,7 +65,9 @@ def serve(settings: Settings) -> int:
         host=settings.host,
         port=settings.port,
         ssl_context=_ssl(settings),
-        shutdown_timeout=settings.shutdown_grace,
+        # The forwarder cancels what is left when the grace period ends (see
+        # Forwarder.cancel_after); aiohttp's own timeout is only the backstop.
+        shutdown_timeout=settings.shutdown_grace + 5,
         handler_cancellation=True,
         access_log=None,
         print=None,

@@ -289,3 +289,30 @@ async def test_unknown_tap_paths_are_the_proxys_own_404(
     assert status == 404
     assert orjson.loads(body)["error"].startswith("ollama-tap: no such path /_tap/nothing-here")
     assert not [r for r in fake_ollama.received[before:] if r.path_qs.startswith("/_tap")]
+
+
+def test_an_ipv6_upstream_gets_a_bracketed_host() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from proxy.config import Settings
+    from proxy.forward import Forwarder
+    from proxy.hooks import Hooks
+
+    settings = Settings(upstream="http://[::1]:11434")
+    fwd = Forwarder(settings, Hooks([], CollectorRegistry()), lambda: None, lambda: False)  # type: ignore[arg-type,return-value]
+    assert fwd.upstream_host == "[::1]:11434"
+
+
+async def test_a_request_line_in_absolute_form_is_relayed(
+    proxy: Proxy, fake_ollama: FakeOllama
+) -> None:
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(
+        f"GET http://127.0.0.1:{proxy.port}/api/version HTTP/1.1\r\n"
+        f"Host: 127.0.0.1:{proxy.port}\r\nConnection: close\r\n\r\n".encode()
+    )
+    reply = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+    assert reply.endswith(b'{"version":"0.33.0-rc2"}')
+    assert fake_ollama.received[-1].path_qs == "/api/version"

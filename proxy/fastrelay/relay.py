@@ -1,0 +1,248 @@
+"""One exchange through the fast relay: the aiohttp handler sends the request and the reply's
+head; the body is relayed to the client from the upstream socket's callback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Final
+
+import structlog
+from aiohttp import hdrs, web
+from aiohttp.abc import AbstractStreamWriter
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy import ollama
+from proxy.exchange import Exchange, Outcome
+from proxy.fastrelay import wire
+from proxy.fastrelay.connection import UpstreamConnection
+from proxy.fastrelay.pool import UpstreamPool
+from proxy.fastrelay.reply import Reply, UpstreamGone
+from proxy.forward import Forwarder, RelayResponse, _Relay, downstream_headers, upstream_headers
+
+log = structlog.get_logger("ollama_tap.fastrelay")
+
+_IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+"""Methods that may be sent again when a reused connection turns out dead (RFC 9112 §9.3.1)."""
+
+
+class FastRelay(_Relay):
+    """The relay of `forward._Relay` with its own upstream client.
+
+    Guarantees are those of the aiohttp relay (bytes, headers, outcomes, hooks and their
+    order); what changes is the cost per chunk: each body piece is written to the client,
+    read and stamped inside the upstream socket's `data_received`. Back-pressure: when the
+    client's socket buffer is full the upstream socket stops being read until it drains.
+    """
+
+    def __init__(
+        self, fwd: Forwarder, request: web.Request, ex: Exchange, pool: UpstreamPool
+    ) -> None:
+        super().__init__(fwd, request, ex)
+        self.pool = pool
+        self.conn: UpstreamConnection | None = None
+        self.reply: Reply | None = None
+        self.uploading: asyncio.Task[None] | None = None
+        self.reader: ollama.Reader | None = None
+        self.client: asyncio.Transport | None = None
+        self.chunked = False
+        self.gone = False
+        self.held = False
+        self.bug: Exception | None = None
+        self._wake: asyncio.Future[None] | None = None
+
+    # -- the exchange -------------------------------------------------------------------
+
+    async def run(self) -> web.StreamResponse:
+        data = await self.upload()
+        try:
+            reply = await self.send(data)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            self.stop_upstream()
+            if self.client_gone():
+                self.finish(Outcome.CLIENT_DISCONNECTED)
+                return web.Response(status=499)
+            return await self.unreachable(exc)
+        try:
+            return await self.relay_reply(reply)
+        finally:
+            self.stop_upstream()
+
+    async def send(self, data: bytes | AsyncIterator[bytes] | None) -> Reply:
+        """Write the request on a pooled connection and wait for the reply's head.
+
+        A reused connection that dies before answering is retried once on a fresh one for
+        idempotent requests whose body is at hand, as aiohttp's client does.
+        """
+        request = self.request
+        headers = upstream_headers(request.headers, self.fwd.upstream_host)
+        streamed = data is not None and not isinstance(data, bytes)
+        body = data if isinstance(data, bytes) else None
+        wire.frame_headers(headers, body, streamed)
+        if data is None and wire.needs_zero_length(request.method, headers):
+            headers[hdrs.CONTENT_LENGTH] = "0"
+        target = self.fwd.target(request).raw_path_qs
+        head = wire.request_head(request.method, target, headers)
+        retry = request.method in _IDEMPOTENT and not streamed
+        while True:
+            conn = self.conn = await self.pool.acquire()
+            reply = self.reply = conn.send(
+                head + (body or b""), request.method == "HEAD", not streamed
+            )
+            if streamed:
+                chunked = headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
+                self.uploading = asyncio.create_task(self.stream_up(conn, data, chunked))  # type: ignore[arg-type]
+            try:
+                await reply.head
+            except UpstreamGone:
+                if not (retry and conn.uses > 1 and not reply.received):
+                    raise
+                retry = False
+                continue
+            return reply
+
+    async def stream_up(
+        self, conn: UpstreamConnection, chunks: AsyncIterator[bytes], chunked: bool
+    ) -> None:
+        """Relay a request body as it streams in; a failure on either side closes the
+        upstream connection, which ends the reply (or the wait for it)."""
+        try:
+            async for data in chunks:
+                if data:
+                    conn.write(b"".join(wire.chunk_frames(data)) if chunked else data)
+                    await conn.drain()
+            if chunked:
+                conn.write(wire.LAST_CHUNK)
+        except Exception as exc:
+            log.debug("upload_failed", id=self.ex.id, error=repr(exc))
+            conn.abort()
+            return
+        conn.finish_request()
+
+    async def relay_reply(self, reply: Reply) -> web.StreamResponse:
+        ex = self.ex
+        headers = CIMultiDictProxy(CIMultiDict(reply.headers))
+        ex.response_started = time.monotonic()
+        ex.status = reply.status
+        ex.response_headers = dict(headers)
+        ex.content_type = headers.get(hdrs.CONTENT_TYPE, "")
+        ex.streamed = ollama.is_streamed(ex.content_type)
+        self.fire_request()
+        self.hooks.response_headers(ex)
+        self.reader = ollama.reader_for(ex, self.fwd.settings.reply_tee_limit)
+        resp = self.response = RelayResponse(status=reply.status, reason=reply.reason)
+        resp.headers.extend(downstream_headers(headers))
+        try:
+            writer = await resp.prepare(self.request)
+            assert writer is not None  # a fresh response is always prepared
+            self.client = self.request.transport
+            self.chunked = resp.headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
+            reply.attach(self)
+            await self.pump(reply, writer)
+        except ConnectionResetError:
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        return await self.end_reply(reply, resp)
+
+    async def pump(self, reply: Reply, writer: AbstractStreamWriter) -> None:
+        """Sleep until the reply ends, waking only to let a full client socket drain."""
+        loop = asyncio.get_running_loop()
+        while not (reply.ended or self.gone):
+            if self.held:
+                await writer.drain()
+                self.held = False
+                if self.conn is not None:
+                    self.conn.resume_reading()
+                continue
+            self._wake = loop.create_future()
+            await self._wake
+
+    async def end_reply(self, reply: Reply, resp: RelayResponse) -> web.StreamResponse:
+        if self.bug is not None:
+            raise self.bug
+        if self.gone:
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        reader = self.reader
+        if reader is not None:
+            self.outputs(reader.close(time.monotonic()))
+        if reply.error is not None:
+            # Cut the client's connection as the upstream cut ours, so the client sees the
+            # same truncated reply a direct connection would have given it.
+            cut = f"upstream cut the reply: {reply.error!r}"
+            self.ex.error_message = self.ex.error_message or cut
+            self.abort_client()
+            self.finish(Outcome.INCOMPLETE)
+            return resp
+        try:
+            await resp.write_eof()
+        except ConnectionResetError:
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        self.finish(ollama.outcome_of(self.ex, reader))
+        return resp
+
+    # -- ReplySink: runs inside the upstream socket's data_received -----------------------
+
+    def reply_body(self, data: bytes) -> None:
+        client = self.client
+        if client is None or client.is_closing():
+            self.client_left()
+            return
+        try:
+            if self.chunked:
+                client.writelines(wire.chunk_frames(data))
+            else:
+                client.write(data)
+            self.read_piece(data)
+        except Exception as exc:
+            # A bug of ours must not escape into the event loop's socket callback: the
+            # handler re-raises it and the exchange ends as `proxy_error`.
+            self.bug = exc
+            self.stop_upstream()
+            self.wake()
+            return
+        if self.request.protocol.writing_paused and not self.held:
+            self.held = True
+            if self.conn is not None:
+                self.conn.pause_reading()
+            self.wake()
+
+    def read_piece(self, data: bytes) -> None:
+        at = time.monotonic()
+        self.ex.response_bytes += len(data)
+        reader = self.reader
+        if reader is not None:
+            pieces = reader.feed(data, at)
+            if pieces:
+                self.outputs(pieces)
+
+    def reply_end(self) -> None:
+        self.wake()
+
+    def client_left(self) -> None:
+        """The client went away mid-reply: close the upstream now so Ollama stops."""
+        self.gone = True
+        self.stop_upstream()
+        self.wake()
+
+    def wake(self) -> None:
+        waiter, self._wake = self._wake, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- ending -------------------------------------------------------------------------
+
+    def stop_upstream(self) -> None:
+        """Stop the upload and close the upstream connection unless it ended clean."""
+        if self.uploading is not None and not self.uploading.done():
+            self.uploading.cancel()
+            if self.conn is not None:
+                self.conn.abort()
+        if self.reply is not None and not self.reply.ended:
+            self.reply.abandon()
+
+    def finish(self, outcome: Outcome) -> None:
+        self.stop_upstream()
+        super().finish(outcome)

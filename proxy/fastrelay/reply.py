@@ -1,0 +1,145 @@
+"""One upstream HTTP/1.1 response, parsed by llhttp (httptools) as its bytes arrive."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Protocol
+
+import httptools
+
+from proxy.fastrelay.wire import text
+
+if TYPE_CHECKING:
+    from proxy.fastrelay.connection import UpstreamConnection
+
+
+class UpstreamGone(ConnectionError):
+    """The upstream closed, broke or garbled the connection before its reply was complete."""
+
+
+class ReplySink(Protocol):
+    """Where a reply's body goes; both methods run inside the socket callback and must not
+    raise or block."""
+
+    def reply_body(self, data: bytes) -> None: ...
+
+    def reply_end(self) -> None:
+        """The reply ended: complete, or with `Reply.error` set."""
+
+
+class Reply:
+    """A response being read off an `UpstreamConnection`.
+
+    The head resolves `head`; body pieces go straight to the attached sink (or wait in
+    `pending` until one is attached, with the socket paused); the end is reported once, as
+    `ended` plus `error` (None when the reply was complete).
+    """
+
+    def __init__(self, conn: UpstreamConnection, head_only: bool) -> None:
+        self.conn = conn
+        self.head_only = head_only
+        """A reply to HEAD: it ends with its head whatever its Content-Length says."""
+        self.parser = httptools.HttpResponseParser(self)
+        self.head: asyncio.Future[None] = conn.loop.create_future()
+        self.status = 0
+        self.reason = ""
+        self.headers: list[tuple[str, str]] = []
+        self.sink: ReplySink | None = None
+        self.pending: list[bytes] = []
+        self.received = False
+        """Some byte of the reply arrived (a request that got one is never retried)."""
+        self.interim = False
+        self.abandoned = False
+        self.until_close = False
+        self.ended = False
+        self.keep_alive = False
+        self.error: BaseException | None = None
+
+    def feed(self, data: bytes) -> None:
+        self.received = True
+        try:
+            self.parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self.fail(UpstreamGone(f"Ollama sent an invalid HTTP reply: {exc}"))
+
+    # -- llhttp callbacks ---------------------------------------------------------------
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason = text(reason)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((text(name), text(value)))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:
+            # 100 Continue and friends: skipped, as aiohttp's client skips them.
+            self.interim, self.headers = True, []
+            return
+        self.status = status
+        self.until_close = self._reads_until_close()
+        self.head.set_result(None)
+        if self.head_only:
+            self._end(None, self.parser.should_keep_alive())
+
+    def on_body(self, body: bytes) -> None:
+        if self.ended:
+            return
+        if self.sink is not None:
+            self.sink.reply_body(body)
+        else:
+            self.pending.append(body)
+            self.conn.pause_reading()
+
+    def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            return
+        self._end(None, self.parser.should_keep_alive())
+
+    # -- the relay's side ---------------------------------------------------------------
+
+    def attach(self, sink: ReplySink) -> None:
+        """Send the body (what already arrived first) to `sink` from now on."""
+        self.sink = sink
+        pending, self.pending = self.pending, []
+        for piece in pending:
+            if self.abandoned:
+                break
+            sink.reply_body(piece)
+        self.conn.resume_reading()
+
+    def abandon(self) -> None:
+        """Stop reading: the connection is closed at once (how Ollama learns to stop)."""
+        self.sink, self.abandoned = None, True
+        self.fail(UpstreamGone("the reply was abandoned"))
+
+    def fail(self, error: BaseException) -> None:
+        self._end(error, False)
+        self.conn.abort()
+
+    def lost(self, exc: BaseException | None) -> None:
+        """The connection closed; a reply framed by the close ends well, any other is cut."""
+        if self.head.done() and self.until_close:
+            self._end(None, False)
+            return
+        where = "in the middle of its reply" if self.head.done() else "before answering"
+        self._end(UpstreamGone(f"Ollama closed the connection {where}"), False)
+
+    def _end(self, error: BaseException | None, keep_alive: bool) -> None:
+        if self.ended:
+            return
+        self.ended, self.error, self.keep_alive = True, error, keep_alive and error is None
+        if not self.head.done():
+            self.head.set_exception(error or UpstreamGone("Ollama sent no reply"))
+        self.conn.reply_ended(self)
+        if self.sink is not None:
+            self.sink.reply_end()
+
+    def _reads_until_close(self) -> bool:
+        """No length and not chunked: the body runs until the upstream closes (RFC 9112 §6.3)."""
+        if self.head_only or self.status in (204, 304):
+            return False
+        names = {name.lower(): value for name, value in self.headers}
+        framed = "content-length" in names or "chunked" in names.get("transfer-encoding", "")
+        return not framed
