@@ -5,6 +5,7 @@ from __future__ import annotations
 import structlog
 
 from proxy.exchange import Exchange
+from proxy.names import recordable
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -27,7 +28,7 @@ class AccessLog:
             method=ex.method,
             path=ex.path,
             endpoint=ex.endpoint,
-            model=ex.model,
+            model=recordable(ex.model),
             status=ex.status,
             outcome=str(ex.outcome),
             duration_ms=_ms(ex.duration),

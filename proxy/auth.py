@@ -20,7 +20,7 @@ from typing import Any, Final, Protocol
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings
 
 PREFIX: Final = "/_tap"
 OPEN_PATHS: Final = frozenset({"/_tap/healthz"})
@@ -52,7 +52,7 @@ def admin_token(settings: Settings) -> str | None:
         token = path.read_text().strip()
         if token:
             return token
-        raise RuntimeError(f"{path} is empty; delete it to have a new admin token made") from None
+        raise ConfigError(f"{path} is empty; delete it to have a new admin token made") from None
     token = secrets.token_urlsafe(32)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")

@@ -56,6 +56,7 @@ def _explain(error: ValidationError) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from proxy.recorder.schema import SchemaError
     from proxy.serve import serve
 
     try:
@@ -67,7 +68,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ollama-tap: {exc}", file=sys.stderr)
         return 2
-    return serve(settings)
+    try:
+        return serve(settings)
+    except (ConfigError, SchemaError, OSError) as exc:
+        # Start-up failures (a port in use, an unwritable --db, a database from a newer
+        # ollama-tap) already say what is wrong: one line, not a traceback.
+        print(f"ollama-tap: {exc}", file=sys.stderr)
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:

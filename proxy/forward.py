@@ -135,7 +135,6 @@ class Forwarder:
             message = "ollama-tap: internal error while relaying this request; see the proxy log."
             return await relay.proxy_error(500, message, Outcome.PROXY_ERROR)
 
-
     def cancel_after(self, grace: float) -> None:
         """Cancel every exchange still in flight `grace` seconds from now (`shutdown`).
 
@@ -177,6 +176,7 @@ class _Relay:
             body = bytes(self.tee_buf) if self.tee_buf is not None else b""
             ex.request_body = body if self.tee_buf is not None else None
             ex.request = ollama.parse_request_fields(body, truncated or self.tee_buf is None)
+            self.tee_buf = None  # the Exchange holds the one copy from here on
         self.hooks.request(ex)
 
     def tee_piece(self, data: bytes) -> None:

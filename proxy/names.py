@@ -69,6 +69,15 @@ def is_valid_name(name: str) -> bool:
     )
 
 
+def recordable(name: str | None) -> str | None:
+    """The name as logs and records keep it: canonical when Ollama would accept it, else
+    `other` — a prompt pasted into `model` must not land in a log line or a metadata-mode
+    record, which promise no text."""
+    if not name:
+        return None
+    return canonical_model(name) if is_valid_name(name) else OTHER
+
+
 class ModelLabels:
     """The bounded set of `model` label values.
 

@@ -103,3 +103,16 @@ def test_unknown_setting_is_refused() -> None:
 def test_parse_rejects_unknown_scheme() -> None:
     with pytest.raises(ConfigError):
         parse_ollama_host("ftp://x")
+
+
+def test_start_up_failures_are_one_line_not_a_traceback(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    db_dir = Path(str(tmp_path)) / "ro"
+    db_dir.mkdir()
+    (db_dir / "admin-token").write_text("")
+    assert main(["serve", "--port", "0", "--db", str(db_dir / "records.db")]) == 2
+    err = capsys.readouterr().err
+    assert "admin-token is empty" in err and "Traceback" not in err

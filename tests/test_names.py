@@ -167,3 +167,12 @@ def test_ten_thousand_random_names_stay_bounded() -> None:
     assert len(series) <= 100 + 2 + 1
     assert {"llama3.2:latest", "qwen3:8b", OTHER} <= series
     assert refresher.calls == 1
+
+
+def test_recordable_keeps_only_names_ollama_would_accept() -> None:
+    from proxy.names import recordable
+
+    assert recordable("llama3.2") == "llama3.2:latest"
+    assert recordable(None) is None
+    assert recordable("") is None
+    assert recordable("Tell me a secret: the launch code is 1234") == "other"

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config import RecordMode, Settings
 from proxy.exchange import Exchange, OutputChunk
-from proxy.names import canonical_model
+from proxy.names import recordable
 from proxy.recorder.retention import Retention
 from proxy.recorder.scope import Capture, Scope, scope_of
 from proxy.recorder.stats import RecorderMetrics
@@ -69,7 +69,7 @@ class Recorder:
         scope = scope_of(ex, self.record_routes)
         cap = None
         if scope is not None:
-            model = canonical_model(ex.model) if ex.model else None
+            model = recordable(ex.model)
             digest = self.digest_of(model) if model and self.digest_of else None
             keep_text = self.mode is RecordMode.FULL
             timeline = Timeline(keep_text=keep_text) if scope is Scope.FULL else None

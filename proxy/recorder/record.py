@@ -26,7 +26,7 @@ import orjson
 from proxy import ollama
 from proxy.config import RecordMode
 from proxy.exchange import Exchange
-from proxy.recorder.redact import BODY_CAP, allowed_headers, capped, scrub
+from proxy.recorder.redact import BODY_CAP, allowed_headers, capped, redacted_query, scrub
 from proxy.recorder.scope import Capture, Scope
 
 COLUMNS: Final = (
@@ -148,7 +148,7 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
         "started": ex.started_wall,
         "method": ex.method,
         "path": ex.path,
-        "query": ex.query if full else None,
+        "query": redacted_query(ex.query) if full else None,
         "endpoint": ex.endpoint,
         "model": cap.model,
         "model_digest": cap.digest,

@@ -11,6 +11,7 @@ import binascii
 import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import unquote_plus
 
 import orjson
 
@@ -34,6 +35,25 @@ HEADER_ALLOW: Final = frozenset(
     }
 )
 _VECTOR_KEYS: Final = frozenset({"embedding", "embeddings"})
+
+
+_SECRET_PARAMS: Final = frozenset(
+    {"key", "api_key", "apikey", "api-key", "token", "access_token", "auth", "password",
+     "secret", "signature", "sig", "x-api-key", "authorization"}
+)  # fmt: skip
+"""Query parameters that carry credentials (gateways accept `?key=` or `?api_key=`)."""
+
+
+def redacted_query(query: str) -> str:
+    """The query string with the values of credential-like parameters replaced."""
+    if not query:
+        return query
+    parts = []
+    for item in query.split("&"):
+        name, eq, _ = item.partition("=")
+        secret = unquote_plus(name).lower() in _SECRET_PARAMS
+        parts.append(f"{name}{eq}[redacted]" if secret and eq else item)
+    return "&".join(parts)
 
 
 def allowed_headers(headers: Mapping[str, str]) -> dict[str, str]:

@@ -164,3 +164,21 @@ async def test_bodies_over_one_mib_are_cut_and_marked(recorder: Recorder) -> Non
     assert stored_body["size"] == len(body)
     assert stored_body["sha256"] == hashlib.sha256(body).hexdigest()
     assert BODY_CAP - 4 <= len(stored_body["text"].encode()) <= BODY_CAP
+
+
+async def test_full_mode_redacts_credentials_in_the_query(tmp_path: Path) -> None:
+    rec, record_id = await record_one(tmp_path, "full")
+    everything = await asyncio.to_thread(raw_files, tmp_path) + await exports(rec)
+    assert b"QUERY-SECRET" not in everything
+    r = await stored(rec, record_id)
+    assert r["query"] == "client=app&key=[redacted]"
+
+
+def test_query_redaction_rules() -> None:
+    from proxy.recorder.redact import redacted_query
+
+    assert redacted_query("") == ""
+    assert redacted_query("a=1&API_KEY=s&access_token=t&b") == (
+        "a=1&API_KEY=[redacted]&access_token=[redacted]&b"
+    )
+    assert redacted_query("api%5Fkey=s&token") == "api%5Fkey=[redacted]&token"
