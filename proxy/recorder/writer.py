@@ -29,6 +29,10 @@ from proxy.recorder.schema import open_writer
 from proxy.recorder.scope import Capture
 from proxy.recorder.stats import RecorderMetrics
 
+QUEUE_BYTES: Final = 256 * 1024 * 1024
+"""What the queued exchanges may hold in bodies and parsed replies (vision requests and
+embedding replies are megabytes each); beyond it records are dropped and counted, as when
+the queue is full, so a stalled disk never turns into an out-of-memory kill."""
 FLUSH_EVERY: Final = 0.05
 BATCH: Final = 500
 PRUNE_EVERY: Final = 300.0
@@ -56,17 +60,29 @@ class Writer:
         self.retention = retention
         self.metrics = metrics
         self._queue: deque[tuple[Exchange, Capture]] = deque()
+        self._bytes = 0
+        """Weight of what is queued (see `_weight`); updated from both threads, which the
+        GIL makes safe for an int += and is exact enough for a budget."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     def submit(self, ex: Exchange, cap: Capture) -> None:
-        """Queue a finished exchange, or drop and count it when the queue is full."""
-        if len(self._queue) >= self.capacity:
+        """Queue a finished exchange, or drop and count it when the queue is full (by count
+        or by bytes) or the writer thread is gone."""
+        weight = _weight(ex)
+        full = len(self._queue) >= self.capacity or self._bytes + weight > QUEUE_BYTES
+        if full or (self._thread is not None and not self._thread.is_alive()):
             self.metrics.dropped.inc()
             return
+        self._bytes += weight
         self._queue.append((ex, cap))
+
+    def _take(self, n: int) -> list[tuple[Exchange, Capture]]:
+        batch = [self._queue.popleft() for _ in range(n)]
+        self._bytes -= sum(_weight(ex) for ex, _ in batch)
+        return batch
 
     def open(self) -> None:
         """Open and migrate the file, and prune once (blocking: call it in a thread)."""
@@ -89,19 +105,30 @@ class Writer:
         next_prune = time.monotonic() + PRUNE_EVERY
         while True:
             stopping = self._stop.wait(FLUSH_EVERY)
-            wrote = False
-            while self._queue:
-                self._write([self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))])
-                wrote = True
-            if time.monotonic() >= next_prune:
-                self._prune()
-                next_prune = time.monotonic() + PRUNE_EVERY
-            elif wrote:
-                self._measure()
+            try:
+                next_prune = self._round(next_prune)
+            except Exception:
+                # The thread must outlive any one failure: a dead writer would let the
+                # queue fill silently. Count it and carry on.
+                self.metrics.write_errors.inc()
+                log.exception("recorder_round_failed")
             if stopping and not self._queue:
                 break
         assert self._conn is not None
         self._conn.close()
+
+    def _round(self, next_prune: float) -> float:
+        """Write everything queued, then prune or measure; returns the next prune time."""
+        wrote = False
+        while self._queue:
+            self._write(self._take(min(BATCH, len(self._queue))))
+            wrote = True
+        if time.monotonic() >= next_prune:
+            self._prune()
+            return time.monotonic() + PRUNE_EVERY
+        if wrote:
+            self._measure()
+        return next_prune
 
     def _write(self, batch: list[tuple[Exchange, Capture]]) -> None:
         rows = []
@@ -148,3 +175,10 @@ class Writer:
             with contextlib.suppress(FileNotFoundError):
                 size += os.stat(f"{self.path}{suffix}").st_size
         self.metrics.db_size.set(size)
+
+
+def _weight(ex: Exchange) -> int:
+    """Bytes an exchange holds until written: its teed body and, for a single JSON reply
+    kept parsed on `ex.final`, about its wire size (O(1): no walking of parsed objects)."""
+    body = len(ex.request_body) if ex.request_body is not None else 0
+    return body + (ex.response_bytes if ex.final is not None and not ex.streamed else 0)

@@ -79,3 +79,47 @@ async def test_file_is_private(tmp_path: Path) -> None:
         "records.db-wal": 0o600,
         "records.db-shm": 0o600,
     }
+
+
+async def test_the_queue_is_bounded_by_bytes_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.recorder import writer
+
+    monkeypatch.setattr(writer, "QUEUE_BYTES", 3 * 1024 * 1024)
+    registry = CollectorRegistry()
+    rec = Recorder(make_settings(tmp_path), registry)
+    big = {"model": "m", "messages": [{"role": "user", "content": "x" * (1024 * 1024)}]}
+    for _ in range(5):  # before start: nothing drains the queue yet
+        drive(rec, exchange(body=big))
+    assert sample(registry, "ollama_tap_recorder_queue_depth") == 2
+    assert sample(registry, "ollama_tap_records_dropped_total") == 3
+    await rec.start()
+    await rec.stop()
+    assert await count(rec) == 2
+
+
+async def test_the_writer_survives_a_failing_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.recorder.writer import Writer
+
+    registry = CollectorRegistry()
+    rec = Recorder(make_settings(tmp_path), registry)
+    await rec.start()
+    failures = iter([OSError("disk went away")])
+
+    def flaky_measure(self: Writer) -> None:
+        if (exc := next(failures, None)) is not None:
+            raise exc
+
+    monkeypatch.setattr(Writer, "_measure", flaky_measure)
+    drive(rec, exchange(body=chat_body()))
+    for _ in range(100):
+        if sample(registry, "ollama_tap_recorder_write_errors_total"):
+            break
+        await asyncio.sleep(0.02)
+    drive(rec, exchange(body=chat_body()))
+    await rec.stop()
+    assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
+    assert await count(rec) == 2
