@@ -36,6 +36,8 @@ HOP_BY_HOP: Final = frozenset(
         "Upgrade",
     )
 )
+_PARSE_IN_THREAD: Final = 256 * 1024
+"""Bytes a reader may leave to parse at EOF before that parse moves off the event loop."""
 # Headers aiohttp's server may add on its own; removed again unless Ollama sent them.
 _SERVER_ADDED: Final = (hdrs.SERVER, hdrs.DATE, hdrs.CONTENT_TYPE)
 
@@ -263,20 +265,30 @@ class _Relay:
             # Cut the client's connection as the upstream cut ours, so the client sees the
             # same truncated reply a direct connection would have given it.
             self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {exc!r}"
-            if reader is not None:
-                self.outputs(reader.close(time.monotonic()))
             self.abort_client()
+            await self.close_reader(reader, time.monotonic())
             self.finish(Outcome.INCOMPLETE)
             return resp
-        if reader is not None:
-            self.outputs(reader.close(time.monotonic()))
+        at = time.monotonic()
         try:
             await resp.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return resp
+        await self.close_reader(reader, at)
         self.finish(ollama.outcome_of(self.ex, reader))
         return resp
+
+    async def close_reader(self, reader: ollama.Reader | None, at: float) -> None:
+        """Let the reader finish at EOF; a large single reply (a batch of embeddings is
+        megabytes of JSON, ~25 ms to parse) is parsed in a thread so other streams on the
+        loop do not stall. The client already has every byte by then."""
+        if reader is None:
+            return
+        if reader.backlog > _PARSE_IN_THREAD:
+            self.outputs(await asyncio.to_thread(reader.close, at))
+        else:
+            self.outputs(reader.close(at))
 
     def outputs(self, pieces: list[OutputChunk]) -> None:
         if not pieces:

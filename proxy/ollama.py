@@ -189,6 +189,11 @@ class Reader(Protocol):
     errored: bool
     """An error line, error event or error body was seen (`ex.error_message` holds it)."""
 
+    @property
+    def backlog(self) -> int:
+        """Bytes kept for `close` to parse (a single JSON reply); 0 for streams."""
+        ...
+
     def feed(self, data: bytes, at: float) -> list[OutputChunk]: ...
 
     def close(self, at: float) -> list[OutputChunk]: ...
@@ -382,6 +387,10 @@ class _Reader:
         self.ex = ex
         self.complete = False
         self.errored = False
+
+    @property
+    def backlog(self) -> int:
+        return 0
 
     def _fail(self, message: str) -> None:
         self.errored = True
@@ -619,6 +628,10 @@ class _ReplyReader(_Reader):
         super().__init__(ex)
         self._limit = limit
         self._body: bytearray | None = bytearray()
+
+    @property
+    def backlog(self) -> int:
+        return len(self._body) if self._body is not None else 0
 
     def feed(self, data: bytes, at: float) -> list[OutputChunk]:
         if self._body is None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -16,6 +18,18 @@ from proxy.config import Settings
 from tests.serve_process import ADMIN_TOKEN
 
 pytest_plugins = ["tests.fake_ollama"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """A test that runs `serve` in-process configures logging globally, onto a stderr that
+    pytest closes after the test; later tests must not log into it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
 
 
 @pytest.fixture(autouse=True)

@@ -316,3 +316,19 @@ async def test_a_request_line_in_absolute_form_is_relayed(
     assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
     assert reply.endswith(b'{"version":"0.33.0-rc2"}')
     assert fake_ollama.received[-1].path_qs == "/api/version"
+
+
+async def test_a_large_single_reply_is_still_read(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama, raw_session: aiohttp.ClientSession
+) -> None:
+    spy = Spy()
+    proxy = await proxy_factory(observers=(spy,))
+    body = {"model": "all-minilm", "input": [f"text {i}" for i in range(300)]}
+    direct = await fetch(raw_session, "POST", fake_ollama.url + "/api/embed", body)
+    relayed = await fetch(raw_session, "POST", proxy.url + "/api/embed", body)
+    assert len(relayed[2]) > 256 * 1024  # parsed off the event loop
+    assert _CLOCK.sub(b"", relayed[2]) == _CLOCK.sub(b"", direct[2])
+    (ex,) = spy.ended
+    assert ex.outcome == Outcome.OK
+    assert ex.usage is not None and ex.usage.prompt_eval_count > 0
+    assert len(ex.final["embeddings"]) == 300
