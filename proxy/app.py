@@ -15,7 +15,7 @@ from proxy.exchange import Exchange
 from proxy.fastrelay import FastRelay, UpstreamPool
 from proxy.forward import Forwarder, _Relay
 from proxy.hooks import Hooks
-from proxy.hostcheck import host_check
+from proxy.hostcheck import host_check, local_addresses
 from proxy.inspector import add_routes as add_inspector_routes
 from proxy.metrics import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
@@ -127,6 +127,7 @@ def make_app(
     `observers` are added after the built-in ones (metrics, recorder, access log).
     """
     registry = registry if registry is not None else CollectorRegistry()
+    local_addresses()  # resolved now, not on the event loop at the first foreign Host
     token = auth.admin_token(settings)
     middlewares = [host_check] if settings.loopback_bind else []
     middlewares.append(auth.auth_middleware(token))

@@ -24,8 +24,15 @@ _PRIVATE = tuple(
 
 
 @lru_cache(maxsize=1)
-def _machine() -> tuple[str, frozenset[str]]:
-    """This machine's hostname and the addresses it resolves to (Ollama's "local interface")."""
+def local_addresses() -> tuple[str, frozenset[str]]:
+    """This machine's hostname and the addresses it resolves to.
+
+    Ollama accepts any address of a local interface (net.InterfaceAddrs); the standard
+    library cannot list interfaces, so the addresses the hostname resolves to stand in.
+    Loopback and private addresses are accepted by rule anyway, so the difference is at
+    most a public address bound to this machine under another name. Resolved once, at
+    start-up (make_app), because a lookup can block.
+    """
     name = socket.gethostname()
     try:
         infos = socket.getaddrinfo(name, None)
@@ -65,9 +72,9 @@ def allowed_host(host_header: str) -> bool:
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped
         private = any(ip in net for net in _PRIVATE if net.version == ip.version)
-        return ip.is_loopback or ip.is_unspecified or private or str(ip) in _machine()[1]
+        return ip.is_loopback or ip.is_unspecified or private or str(ip) in local_addresses()[1]
     lowered = host.lower()
-    return lowered in ("", "localhost", _machine()[0]) or lowered.endswith(_LOCAL_SUFFIXES)
+    return lowered in ("", "localhost", local_addresses()[0]) or lowered.endswith(_LOCAL_SUFFIXES)
 
 
 @web.middleware
