@@ -1,0 +1,105 @@
+"""Many slow streams held at once: errors, delivered tokens and ollama-tap's memory.
+
+Issue 7's scenario: 2,000 concurrent streams, one token every 50 ms, held for a minute,
+through `ollama-tap serve` with metrics and recording on. The upstream, the proxy and this
+client share the machine, so on 2 cores the token rate each stream gets is whatever is left;
+what must hold is no error, and the proxy's resident memory.
+
+    python bench/hold.py                      # 2,000 streams, 60 s
+    python bench/hold.py --streams 500 --seconds 20 --json hold.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead import ROOT, free_port, rss_mb, start_tap, wait_up
+
+
+async def stream(
+    session: aiohttp.ClientSession, url: str, tokens: int, delay: float, counts: list[int]
+) -> str | None:
+    """One stream to its end; returns an error description, or None."""
+    try:
+        async with session.post(
+            url + "/api/generate", json={"model": "bench", "n": tokens, "delay": delay}
+        ) as resp:
+            if resp.status != 200:
+                return f"HTTP {resp.status}"
+            lines = 0
+            async for _ in resp.content:
+                lines += 1
+                counts[0] += 1
+            return None if lines == tokens + 1 else f"{lines} of {tokens + 1} lines"
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return type(exc).__name__
+
+
+async def hold(url: str, pid: int, streams: int, seconds: float, delay: float) -> dict[str, object]:
+    tokens = int(seconds / delay)
+    counts = [0]
+    peak = 0.0
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        started = time.perf_counter()
+        tasks = [
+            asyncio.create_task(stream(session, url, tokens, delay, counts)) for _ in range(streams)
+        ]
+        while not all(t.done() for t in tasks):
+            peak = max(peak, rss_mb([pid]))
+            await asyncio.sleep(1)
+        elapsed = time.perf_counter() - started
+    errors: dict[str, int] = {}
+    for t in tasks:
+        if (err := t.result()) is not None:
+            errors[err] = errors.get(err, 0) + 1
+    return {
+        "streams": streams,
+        "token_interval_s": delay,
+        "tokens_per_stream": tokens,
+        "elapsed_s": round(elapsed, 1),
+        "lines_delivered": counts[0],
+        "lines_expected": streams * (tokens + 1),
+        "errors": errors,
+        "tap_peak_rss_mb": round(peak, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--streams", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between tokens")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-hold-"))
+    up_port = free_port()
+    upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)])
+    tap, target = start_tap("ollama-tap", up_port, tmp, {})
+    try:
+        asyncio.run(wait_up(f"http://127.0.0.1:{up_port}"))
+        asyncio.run(wait_up(target.url))
+        report = asyncio.run(hold(target.url, tap.pid, args.streams, args.seconds, args.interval))
+    finally:
+        for proc in (tap, upstream):
+            proc.terminate()
+            proc.wait(30)
+    print(json.dumps(report, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0 if not report["errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
