@@ -82,11 +82,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between tokens")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--tap-env", action="append", default=[], metavar="VAR=VALUE",
+        help="environment for ollama-tap, e.g. OLLAMA_TAP_RECORD=off",
+    )  # fmt: skip
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-hold-"))
     up_port = free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)])
-    tap, target = start_tap("ollama-tap", up_port, tmp, {})
+    env = dict(item.split("=", 1) for item in args.tap_env)
+    tap, target = start_tap("ollama-tap", up_port, tmp, env)
     try:
         asyncio.run(wait_up(f"http://127.0.0.1:{up_port}"))
         asyncio.run(wait_up(target.url))

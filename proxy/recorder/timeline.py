@@ -37,7 +37,7 @@ def _le(a: array[Any]) -> bytes:
 class Timeline:
     """Output pieces as they were relayed: offsets, kinds, sizes and (optionally) text."""
 
-    __slots__ = ("flags", "kinds", "lengths", "nbytes", "offsets", "text_size", "texts")
+    __slots__ = ("flags", "kinds", "lengths", "nbytes", "offsets", "text")
 
     def __init__(self, *, keep_text: bool) -> None:
         self.flags = TEXT if keep_text else 0
@@ -45,8 +45,9 @@ class Timeline:
         self.kinds = array("B")
         self.nbytes = array("I")
         self.lengths = array("I")
-        self.texts: list[bytes] = []
-        self.text_size = 0
+        # One growing buffer, not a bytes object per piece: a long stream held in flight
+        # costs ~21 bytes per token instead of ~70.
+        self.text = bytearray()
 
     def add(self, offset: float, piece: OutputChunk) -> None:
         self.offsets.append(offset)
@@ -55,12 +56,11 @@ class Timeline:
         if not self.flags & TEXT:
             return
         text = piece.text.encode()
-        if self.flags & TEXT_TRUNCATED or self.text_size + len(text) > TEXT_CAP:
+        if self.flags & TEXT_TRUNCATED or len(self.text) + len(text) > TEXT_CAP:
             self.flags |= TEXT_TRUNCATED
             text = b""
         self.lengths.append(len(text))
-        self.texts.append(text)
-        self.text_size += len(text)
+        self.text += text
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -73,7 +73,7 @@ class Timeline:
             _le(self.nbytes),
         ]
         if self.flags & TEXT:
-            parts += [_le(self.lengths), *self.texts]
+            parts += [_le(self.lengths), bytes(self.text)]
         return b"".join(parts)
 
 
