@@ -238,33 +238,40 @@ class _Relay:
         finally:
             up.close()
 
-    async def relay(self, up: aiohttp.ClientResponse) -> web.StreamResponse:
+    def begin_reply(
+        self, status: int, reason: str | None, headers: CIMultiDictProxy[str]
+    ) -> tuple[RelayResponse, ollama.Reader | None]:
+        """The upstream's head is here: fill the Exchange, fire `response_headers`, and
+        make the client's response (not yet prepared) and the reader for the body."""
         ex = self.ex
         ex.response_started = time.monotonic()
-        ex.status = up.status
-        ex.response_headers = dict(up.headers)
-        ex.content_type = up.headers.get(hdrs.CONTENT_TYPE, "")
+        ex.status = status
+        ex.response_headers = dict(headers)
+        ex.content_type = headers.get(hdrs.CONTENT_TYPE, "")
         ex.streamed = ollama.is_streamed(ex.content_type)
         self.fire_request()
         self.hooks.response_headers(ex)
         reader = ollama.reader_for(ex, self.fwd.settings.reply_tee_limit)
-        resp = self.response = RelayResponse(status=up.status, reason=up.reason)
-        resp.headers.extend(downstream_headers(up.headers))
-        try:
-            await resp.prepare(self.request)
-            async for data in up.content.iter_any():
-                await resp.write(data)
-                at = time.monotonic()
-                ex.response_bytes += len(data)
-                if reader is not None:
-                    self.outputs(reader.feed(data, at))
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            self.finish(Outcome.CLIENT_DISCONNECTED)
-            return resp
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
+        resp = self.response = RelayResponse(status=status, reason=reason)
+        resp.headers.extend(downstream_headers(headers))
+        return resp, reader
+
+    def read_piece(self, reader: ollama.Reader | None, data: bytes) -> None:
+        """Bytes just written to the client: count them and let the reader see them."""
+        at = time.monotonic()
+        self.ex.response_bytes += len(data)
+        if reader is not None:
+            self.outputs(reader.feed(data, at))
+
+    async def end_reply(
+        self, resp: RelayResponse, reader: ollama.Reader | None, cut: BaseException | None
+    ) -> web.StreamResponse:
+        """The upstream's body ended (`cut`: abnormally): end the client's reply the same
+        way, let the reader finish, and end the exchange."""
+        if cut is not None:
             # Cut the client's connection as the upstream cut ours, so the client sees the
             # same truncated reply a direct connection would have given it.
-            self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {exc!r}"
+            self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {cut!r}"
             self.abort_client()
             await self.close_reader(reader, time.monotonic())
             self.finish(Outcome.INCOMPLETE)
@@ -272,12 +279,26 @@ class _Relay:
         at = time.monotonic()
         try:
             await resp.write_eof()
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        except ConnectionResetError:
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return resp
         await self.close_reader(reader, at)
         self.finish(ollama.outcome_of(self.ex, reader))
         return resp
+
+    async def relay(self, up: aiohttp.ClientResponse) -> web.StreamResponse:
+        resp, reader = self.begin_reply(up.status, up.reason, up.headers)
+        try:
+            await resp.prepare(self.request)
+            async for data in up.content.iter_any():
+                await resp.write(data)
+                self.read_piece(reader, data)
+        except ConnectionResetError:
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
+            return await self.end_reply(resp, reader, exc)
+        return await self.end_reply(resp, reader, None)
 
     async def close_reader(self, reader: ollama.Reader | None, at: float) -> None:
         """Let the reader finish at EOF; a large single reply (a batch of embeddings is

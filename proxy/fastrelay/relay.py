@@ -4,7 +4,6 @@ head; the body is relayed to the client from the upstream socket's callback."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -19,7 +18,7 @@ from proxy.fastrelay import wire
 from proxy.fastrelay.connection import UpstreamConnection
 from proxy.fastrelay.pool import UpstreamPool
 from proxy.fastrelay.reply import Reply, UpstreamGone
-from proxy.forward import Forwarder, RelayResponse, _Relay, downstream_headers, upstream_headers
+from proxy.forward import Forwarder, _Relay, upstream_headers
 
 log = structlog.get_logger("ollama_tap.fastrelay")
 
@@ -121,18 +120,8 @@ class FastRelay(_Relay):
         conn.finish_request()
 
     async def relay_reply(self, reply: Reply) -> web.StreamResponse:
-        ex = self.ex
         headers = CIMultiDictProxy(CIMultiDict(reply.headers))
-        ex.response_started = time.monotonic()
-        ex.status = reply.status
-        ex.response_headers = dict(headers)
-        ex.content_type = headers.get(hdrs.CONTENT_TYPE, "")
-        ex.streamed = ollama.is_streamed(ex.content_type)
-        self.fire_request()
-        self.hooks.response_headers(ex)
-        self.reader = ollama.reader_for(ex, self.fwd.settings.reply_tee_limit)
-        resp = self.response = RelayResponse(status=reply.status, reason=reply.reason)
-        resp.headers.extend(downstream_headers(headers))
+        resp, self.reader = self.begin_reply(reply.status, reply.reason, headers)
         try:
             writer = await resp.prepare(self.request)
             assert writer is not None  # a fresh response is always prepared
@@ -143,7 +132,12 @@ class FastRelay(_Relay):
         except ConnectionResetError:
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return resp
-        return await self.end_reply(reply, resp)
+        if self.bug is not None:
+            raise self.bug
+        if self.gone:
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        return await self.end_reply(resp, self.reader, reply.error)
 
     async def pump(self, reply: Reply, writer: AbstractStreamWriter) -> None:
         """Sleep until the reply ends, waking only to let a full client socket drain."""
@@ -158,31 +152,6 @@ class FastRelay(_Relay):
             self._wake = loop.create_future()
             await self._wake
 
-    async def end_reply(self, reply: Reply, resp: RelayResponse) -> web.StreamResponse:
-        if self.bug is not None:
-            raise self.bug
-        if self.gone:
-            self.finish(Outcome.CLIENT_DISCONNECTED)
-            return resp
-        reader = self.reader
-        if reader is not None:
-            self.outputs(reader.close(time.monotonic()))
-        if reply.error is not None:
-            # Cut the client's connection as the upstream cut ours, so the client sees the
-            # same truncated reply a direct connection would have given it.
-            cut = f"upstream cut the reply: {reply.error!r}"
-            self.ex.error_message = self.ex.error_message or cut
-            self.abort_client()
-            self.finish(Outcome.INCOMPLETE)
-            return resp
-        try:
-            await resp.write_eof()
-        except ConnectionResetError:
-            self.finish(Outcome.CLIENT_DISCONNECTED)
-            return resp
-        self.finish(ollama.outcome_of(self.ex, reader))
-        return resp
-
     # -- ReplySink: runs inside the upstream socket's data_received -----------------------
 
     def reply_body(self, data: bytes) -> None:
@@ -195,7 +164,7 @@ class FastRelay(_Relay):
                 client.writelines(wire.chunk_frames(data))
             else:
                 client.write(data)
-            self.read_piece(data)
+            self.read_piece(self.reader, data)
         except Exception as exc:
             # A bug of ours must not escape into the event loop's socket callback: the
             # handler re-raises it and the exchange ends as `proxy_error`.
@@ -208,15 +177,6 @@ class FastRelay(_Relay):
             if self.conn is not None:
                 self.conn.pause_reading()
             self.wake()
-
-    def read_piece(self, data: bytes) -> None:
-        at = time.monotonic()
-        self.ex.response_bytes += len(data)
-        reader = self.reader
-        if reader is not None:
-            pieces = reader.feed(data, at)
-            if pieces:
-                self.outputs(pieces)
 
     def reply_end(self) -> None:
         self.wake()

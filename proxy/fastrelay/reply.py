@@ -49,7 +49,6 @@ class Reply:
         self.received = False
         """Some byte of the reply arrived (a request that got one is never retried)."""
         self.interim = False
-        self.abandoned = False
         self.until_close = False
         self.ended = False
         self.keep_alive = False
@@ -61,6 +60,7 @@ class Reply:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self.fail(UpstreamGone(f"Ollama sent an invalid HTTP reply: {exc}"))
+        self._flush()
 
     # -- llhttp callbacks ---------------------------------------------------------------
 
@@ -85,11 +85,9 @@ class Reply:
     def on_body(self, body: bytes) -> None:
         if self.ended:
             return
-        if self.sink is not None:
-            self.sink.reply_body(body)
-        else:
-            self.pending.append(body)
-            self.conn.pause_reading()
+        # Collected, not relayed one by one: a read that carries many HTTP chunks (a burst
+        # of tokens) becomes one write to the client, as aiohttp's reader would make it.
+        self.pending.append(body)
 
     def on_message_complete(self) -> None:
         if self.interim:
@@ -102,16 +100,12 @@ class Reply:
     def attach(self, sink: ReplySink) -> None:
         """Send the body (what already arrived first) to `sink` from now on."""
         self.sink = sink
-        pending, self.pending = self.pending, []
-        for piece in pending:
-            if self.abandoned:
-                break
-            sink.reply_body(piece)
+        self._flush()
         self.conn.resume_reading()
 
     def abandon(self) -> None:
         """Stop reading: the connection is closed at once (how Ollama learns to stop)."""
-        self.sink, self.abandoned = None, True
+        self.sink, self.pending = None, []
         self.fail(UpstreamGone("the reply was abandoned"))
 
     def fail(self, error: BaseException) -> None:
@@ -132,9 +126,22 @@ class Reply:
         self.ended, self.error, self.keep_alive = True, error, keep_alive and error is None
         if not self.head.done():
             self.head.set_exception(error or UpstreamGone("Ollama sent no reply"))
+        self._flush()
         self.conn.reply_ended(self)
         if self.sink is not None:
             self.sink.reply_end()
+
+    def _flush(self) -> None:
+        """Hand what the last read brought to the sink, or hold the socket until one is
+        attached (the handler is still preparing the client's response)."""
+        if not self.pending:
+            return
+        if self.sink is None:
+            if not self.ended:
+                self.conn.pause_reading()
+            return
+        pending, self.pending = self.pending, []
+        self.sink.reply_body(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def _reads_until_close(self) -> bool:
         """No length and not chunked: the body runs until the upstream closes (RFC 9112 §6.3)."""

@@ -1,0 +1,321 @@
+"""The fast relay (setting `relay = "fast"`): same exchange as the aiohttp relay, plus the
+mechanics it implements itself (pool, framing, back-pressure, timeouts, TLS upstreams)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from proxy.exchange import Exchange, Outcome, OutputChunk
+from tests.conftest import MakeProxy, Proxy
+from tests.fake_ollama import FakeOllama, Script
+from tests.test_forward import ROUTES, comparable, fetch
+
+RELAYS = ["aiohttp", "fast"]
+_MARK = {"X-Test": "relay-comparison"}
+_TIMES = ("response_started", "first_output", "first_content", "last_output", "ended")
+
+RawHandler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Recorder:
+    """An observer that writes down every hook call and what the exchange held then."""
+
+    name = "hook-recorder"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def request(self, ex: Exchange) -> None:
+        self.calls.append(("request", (ex.request, ex.request_body, ex.request_bytes)))
+
+    def response_headers(self, ex: Exchange) -> None:
+        headers = comparable(list(ex.response_headers.items()))
+        self.calls.append(("response_headers", (ex.status, headers, ex.streamed)))
+
+    def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
+        self.calls.append(("chunk", (piece.kind, piece.text)))
+
+    def response(self, ex: Exchange) -> None:
+        self.calls.append(("response", snapshot(ex)))
+
+    def error(self, ex: Exchange) -> None:
+        self.calls.append(("error", snapshot(ex)))
+
+
+def snapshot(ex: Exchange) -> tuple[Any, ...]:
+    """What must not depend on the relay; clock-bound values only as present or not."""
+    usage = ex.usage and (ex.usage.prompt_eval_count, ex.usage.eval_count)
+    times = tuple(getattr(ex, name) is None for name in _TIMES)
+    return (
+        ex.method, ex.path, ex.query, ex.endpoint, ex.status, ex.content_type, ex.outcome,
+        ex.output_events, ex.done_reason, ex.error_message, usage, times,
+    )  # fmt: skip
+
+
+async def through(
+    proxy_factory: MakeProxy, relay: str, method: str, path: str, body: Any, **kw: Any
+) -> tuple[Recorder, tuple[int, list[tuple[str, str]], bytes]]:
+    recorder = Recorder()
+    proxy = await proxy_factory(relay=relay, observers=(recorder,), **kw)
+    async with aiohttp.ClientSession(auto_decompress=False, headers=_MARK) as s:
+        got = await fetch(s, method, proxy.url + path, body)
+    return recorder, (got[0], comparable(got[1]), got[2])
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+async def test_both_relays_send_the_same_and_report_the_same(
+    method: str, path: str, body: Any, proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    seen = {}
+    for relay in RELAYS:
+        before = len(fake_ollama.received)
+        recorder, reply = await through(proxy_factory, relay, method, path, body)
+        # The proxy's poller also talks to the fake; only the test's request counts.
+        sent = [r for r in fake_ollama.received[before:] if (*_MARK.items(),)[0] in r.headers]
+        seen[relay] = (recorder.calls, reply[:2], [(r.method, r.headers, r.body) for r in sent])
+    assert seen["fast"] == seen["aiohttp"]
+
+
+@pytest.mark.parametrize("script", [Script(error_after=2), Script(no_final=True), Script()])
+async def test_both_relays_agree_on_stream_outcomes(
+    script: Script, proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    fake_ollama.script = script
+    body = {"model": "llama3.2", "prompt": "hi"}
+    calls = [
+        (await through(proxy_factory, relay, "POST", "/api/generate", body))[0].calls
+        for relay in RELAYS
+    ]
+    assert calls[0] == calls[1]
+
+
+# -- an upstream written by hand, for what aiohttp's server will not do -----------------------
+
+
+@pytest.fixture
+async def raw_upstream() -> AsyncIterator[Callable[[RawHandler], Awaitable[str]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: RawHandler) -> str:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        servers.append(server)
+        return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+async def read_head(reader: asyncio.StreamReader) -> bytes:
+    return await reader.readuntil(b"\r\n\r\n")
+
+
+async def test_connections_are_reused_one_request_at_a_time(
+    proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    peers: set[int] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while head := await read_head(reader):
+            if b"X-Test" in head:
+                peers.add(writer.get_extra_info("peername")[1])
+            if b"HEAD " in head:
+                # A length and no body: the connection must still be usable afterwards.
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+
+    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve))
+    async with aiohttp.ClientSession(headers=_MARK) as s:
+        for method in ["GET", "HEAD", "GET", "HEAD", "GET"] * 4:
+            async with s.request(method, proxy.url + "/x") as resp:
+                assert resp.headers["Content-Length"] == "5"
+                assert await resp.read() == (b"" if method == "HEAD" else b"hello")
+    assert len(peers) == 1, "every request should have reused the one idle connection"
+
+
+async def test_interim_replies_are_skipped(
+    proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve))
+    async with aiohttp.ClientSession() as s, s.get(proxy.url + "/api/version") as resp:
+        assert (resp.status, await resp.read()) == (200, b"ok")
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_a_reply_framed_by_the_close_is_relayed_whole(
+    relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+        for i in range(5):
+            writer.write(b"line %d\n" % i)
+            await writer.drain()
+        writer.close()
+
+    spy = Recorder()
+    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve), observers=(spy,))
+    async with aiohttp.ClientSession() as s, s.get(proxy.url + "/x") as resp:
+        assert await resp.read() == b"".join(b"line %d\n" % i for i in range(5))
+    assert spy.calls[-1][1][6] == Outcome.OK
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+@pytest.mark.parametrize(("method", "retried"), [("GET", True), ("POST", False)])
+async def test_a_pooled_connection_dead_before_answering_is_retried_if_idempotent(
+    relay: str,
+    method: str,
+    retried: bool,
+    proxy_factory: MakeProxy,
+    raw_upstream: Callable[[RawHandler], Awaitable[str]],
+) -> None:
+    connections: set[int] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered = False
+        while head := await read_head(reader):
+            if b"X-Test" not in head:  # the proxy's poller
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                continue
+            connections.add(writer.get_extra_info("peername")[1])
+            if answered:
+                # The race a keep-alive timeout causes: the request is read, then dropped.
+                writer.close()
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            answered = True
+
+    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve))
+    async with aiohttp.ClientSession(headers=_MARK) as s:
+        async with s.request(method, proxy.url + "/x") as resp:
+            assert await resp.read() == b"ok"
+        async with s.request(method, proxy.url + "/x") as resp:
+            assert resp.status == (200 if retried else 502)
+    assert len(connections) == (2 if retried else 1)
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_a_slow_client_holds_the_upstream_back(
+    relay: str, aiohttp_server: Callable[..., Awaitable[TestServer]], proxy_factory: MakeProxy
+) -> None:
+    piece, total = b"x" * 65536, 512 * 65536  # 32 MiB
+    written = 0
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        nonlocal written
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        await resp.prepare(request)
+        while written < total:
+            await resp.write(piece)
+            written += len(piece)
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/big", big)
+    server = await aiohttp_server(app)
+    proxy = await proxy_factory(relay=relay, upstream=str(server.make_url("")).rstrip("/"))
+    async with aiohttp.ClientSession() as s, s.get(proxy.url + "/big") as resp:
+        await asyncio.sleep(0.5)
+        # Socket buffers on the way hold a few MiB; without back-pressure it would be all.
+        assert written < total // 2
+        assert len(await resp.read()) == total
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_read_timeout_before_and_during_the_reply(
+    relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_head(reader)
+        if b"/late" not in head:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n")
+            writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+            writer.write(b'1d\r\n{"model":"m","response":"a"}\n\r\n')
+        await asyncio.sleep(2)
+        writer.close()
+
+    spy = Recorder()
+    proxy = await proxy_factory(
+        relay=relay, upstream=await raw_upstream(serve), read_timeout=0.2, observers=(spy,)
+    )
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/api/generate", json={"model": "m"}) as resp:
+            assert await resp.content.readline() == b'{"model":"m","response":"a"}\n'
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await resp.read()
+        async with s.post(proxy.url + "/late", json={"model": "m"}) as resp:
+            assert resp.status == 504
+    outcomes = [call[1][6] for call in spy.calls if call[0] in ("response", "error")]
+    assert outcomes == [Outcome.INCOMPLETE, Outcome.UPSTREAM_UNREACHABLE]
+
+
+# -- an https upstream ------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def tls_upstream(
+    tmp_path: Path, aiohttp_server: Callable[..., Awaitable[TestServer]]
+) -> tuple[str, Path]:
+    cert, key = tmp_path / "up-cert.pem", tmp_path / "up-key.pem"
+    made = await asyncio.create_subprocess_exec(
+        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+        "-keyout", str(key), "-out", str(cert),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert await made.wait() == 0
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        for token in ["a", "b"]:
+            await resp.write(b'{"model":"m","response":"%s","done":false}\n' % token.encode())
+        await resp.write(b'{"model":"m","response":"","done":true,"eval_count":2}\n')
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/api/generate", generate)
+    server = await aiohttp_server(app, ssl=context)
+    return f"https://127.0.0.1:{server.port}", cert
+
+
+async def test_an_https_upstream_is_verified_and_relayed(
+    tls_upstream: tuple[str, Path], proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, cert = tls_upstream
+    untrusted = await proxy_factory(relay="fast", upstream=url)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # read when the pool's context is made
+    trusted = await proxy_factory(relay="fast", upstream=url)
+    async with aiohttp.ClientSession() as s:
+        async with s.post(untrusted.url + "/api/generate", json={"model": "m"}) as resp:
+            assert resp.status == 502
+            assert "certificate verify failed" in (await resp.json())["error"]
+        async with s.post(trusted.url + "/api/generate", json={"model": "m"}) as resp:
+            assert resp.status == 200
+            assert len(await resp.read()) > 0
+
+
+async def test_http_1_0_clients_get_the_body_framed_by_the_close(proxy: Proxy) -> None:
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(b"GET /api/version HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+    raw = await reader.read()
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200") and b'"version"' in body
