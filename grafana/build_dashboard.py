@@ -111,6 +111,18 @@ def phase(title: str, hist: str, what: str) -> Panel:
     )
 
 
+def up_defaults() -> dict[str, Any]:
+    """Field defaults of an up/down stat: UP in green, DOWN in red."""
+    return {
+        "mappings": up_mapping(),
+        "color": {"mode": "thresholds"},
+        "thresholds": {
+            "mode": "absolute",
+            "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
+        },
+    }
+
+
 def up_mapping() -> list[dict[str, Any]]:
     return [
         {
@@ -172,14 +184,7 @@ def overview() -> list[Panel]:
             kind="stat",
             width=6,
             options=STAT,
-            defaults={
-                "mappings": up_mapping(),
-                "color": {"mode": "thresholds"},
-                "thresholds": {
-                    "mode": "absolute",
-                    "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
-                },
-            },
+            defaults=up_defaults(),
         ),
         Panel(
             "Ollama version",
@@ -526,14 +531,7 @@ def health() -> list[Panel]:
             kind="stat",
             width=4,
             options=STAT,
-            defaults={
-                "mappings": up_mapping(),
-                "color": {"mode": "thresholds"},
-                "thresholds": {
-                    "mode": "absolute",
-                    "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}],
-                },
-            },
+            defaults=up_defaults(),
         ),
         Panel(
             "Records dropped",
