@@ -308,6 +308,48 @@ def _native_pieces(obj: dict[str, Any]) -> _Pieces:
     return _pieces(obj.get("thinking"), obj.get("response"), obj.get("tool_calls"))
 
 
+def reply_pieces(obj: dict[str, Any]) -> _Pieces:
+    """The output of a whole, non-streamed reply — the single-reply counterpart of what
+    the stream readers find in deltas — in any family's shape: native generate/chat,
+    OpenAI chat or text completion, OpenAI Responses, Anthropic message."""
+    choices = obj.get("choices")
+    if isinstance(choices, list):
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message")
+        if isinstance(message, dict):
+            return _pieces(
+                message.get("reasoning"), message.get("content"), message.get("tool_calls")
+            )
+        return _pieces(None, choice.get("text"), None)
+    if isinstance(content := obj.get("content"), list):
+        return [piece for block in content for piece in _block_pieces(block)]
+    if isinstance(output := obj.get("output"), list):
+        return [piece for item in output for piece in _item_pieces(item)]
+    return _native_pieces(obj)
+
+
+def _block_pieces(block: Any) -> _Pieces:
+    """An Anthropic content block."""
+    if not isinstance(block, dict):
+        return []
+    kind = block.get("type")
+    if kind == "tool_use":
+        return [(OutputKind.TOOL_CALL, _compact(block))]
+    return _pieces(block.get("thinking"), block.get("text") if kind == "text" else None, None)
+
+
+def _item_pieces(item: Any) -> _Pieces:
+    """An OpenAI Responses output item."""
+    if not isinstance(item, dict):
+        return []
+    kind = item.get("type")
+    if kind == "function_call":
+        return [(OutputKind.TOOL_CALL, _compact(item))]
+    parts = item.get("summary") if kind == "reasoning" else item.get("content")
+    texts = "".join(p.get("text", "") for p in parts or [] if isinstance(p, dict))
+    return _pieces(texts, None, None) if kind == "reasoning" else _pieces(None, texts, None)
+
+
 def _native_usage(obj: dict[str, Any]) -> Usage:
     """Stats of a native final object; Ollama omits zero fields, so a missing one is 0.
 

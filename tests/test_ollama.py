@@ -892,3 +892,42 @@ def test_is_streamed(content_type: str, streamed: bool) -> None:
 ])  # fmt: skip
 def test_tees_request_body(endpoint: str, content_type: str, tee: bool) -> None:
     assert ollama.tees_request_body(endpoint, content_type) is tee
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            {"model": "m", "response": "Hi", "thinking": "hmm", "done": True},
+            [("thinking", "hmm"), ("content", "Hi")],
+        ),
+        (
+            {"message": {"role": "assistant", "content": "",
+                         "tool_calls": [{"function": {"name": "f"}}]}},
+            [("tool_call", '{"function":{"name":"f"}}')],
+        ),
+        (
+            {"choices": [{"message": {"role": "assistant", "content": "A", "reasoning": "R"}}]},
+            [("thinking", "R"), ("content", "A")],
+        ),
+        ({"choices": [{"text": "T", "finish_reason": "stop"}]}, [("content", "T")]),
+        ({"choices": []}, []),
+        (
+            {"content": [{"type": "thinking", "thinking": "Th"}, {"type": "text", "text": "X"},
+                         {"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            [("thinking", "Th"), ("content", "X"),
+             ("tool_call", '{"type":"tool_use","id":"t","name":"f","input":{}}')],
+        ),
+        (
+            {"output": [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "S"}]},
+                        {"type": "message", "content": [{"type": "output_text", "text": "O"}]}]},
+            [("thinking", "S"), ("content", "O")],
+        ),
+    ],
+    ids=["generate", "chat-tools", "openai-chat", "openai-text", "openai-empty", "anthropic",
+         "responses"],
+)  # fmt: skip
+def test_reply_pieces_of_every_family(
+    reply: dict[str, Any], expected: list[tuple[str, str]]
+) -> None:
+    assert [(str(kind), text) for kind, text in ollama.reply_pieces(reply)] == expected

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
+
+from proxy.ollama import reply_pieces
 
 
 def _tool(text: str) -> Any:
@@ -14,9 +17,9 @@ def _tool(text: str) -> Any:
         return text
 
 
-def from_timeline(timeline: dict[str, Any]) -> dict[str, Any]:
+def _assemble(pieces: Iterable[tuple[str, str]]) -> dict[str, Any]:
     parts: dict[str, list[str]] = {"content": [], "thinking": [], "tool_call": []}
-    for kind, text in zip(timeline["kinds"], timeline["texts"], strict=True):
+    for kind, text in pieces:
         parts[kind].append(text)
     return {
         "output": "".join(parts["content"]),
@@ -25,26 +28,10 @@ def from_timeline(timeline: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def from_timeline(timeline: dict[str, Any]) -> dict[str, Any]:
+    return _assemble(zip(timeline["kinds"], timeline["texts"], strict=True))
+
+
 def from_reply(reply: dict[str, Any]) -> dict[str, Any]:
-    """Native generate/chat, OpenAI chat/completions and Anthropic message shapes."""
-    message = reply.get("message")
-    if isinstance(message, dict):  # native chat
-        reply = message
-    choices = reply.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        choice = choices[0]
-        reply = choice.get("message") or {"content": choice.get("text")}
-    content = reply.get("response", reply.get("content"))
-    if isinstance(content, list):  # Anthropic content blocks
-        return {
-            "output": "".join(b.get("text", "") for b in content if b.get("type") == "text"),
-            "thinking": "".join(
-                b.get("thinking", "") for b in content if b.get("type") == "thinking"
-            ),
-            "tool_calls": [b for b in content if b.get("type") == "tool_use"],
-        }
-    return {
-        "output": content if isinstance(content, str) else "",
-        "thinking": reply.get("thinking") or reply.get("reasoning") or "",
-        "tool_calls": reply.get("tool_calls") or [],
-    }
+    """A single stored reply, read by the same rules as every other reply (proxy.ollama)."""
+    return _assemble(reply_pieces(reply))
