@@ -178,19 +178,26 @@ class VocabSource:
 
 class VocabCache:
     """Vocabularies by model digest (by name when the digest is unknown), each loaded once,
-    even when many requests ask for it at the same time; a failed load is retried later."""
+    even when many requests ask for it at the same time; a failed load is retried later.
 
-    def __init__(self, load: Callable[[str, str | None], Awaitable[Vocab]]) -> None:
+    At most `size` are kept, least recently used out first: a 150k-token vocabulary is tens
+    of MB, and a long-running proxy meets many model versions.
+    """
+
+    def __init__(self, load: Callable[[str, str | None], Awaitable[Vocab]], size: int = 4) -> None:
         self._load = load
+        self._size = size
         self._entries: dict[str, asyncio.Task[Vocab]] = {}
 
     async def get(self, model: str, digest: str | None = None) -> Vocab:
         key = f"sha256:{digest_hex(digest)}" if digest else f"name:{model}"
-        task = self._entries.get(key)
+        task = self._entries.pop(key, None)
         if task is None:
             task = asyncio.ensure_future(self._load(model, digest))
             task.add_done_callback(lambda t: self._forget_failed(key, t))
-            self._entries[key] = task
+        self._entries[key] = task  # most recently used last
+        while len(self._entries) > self._size:
+            del self._entries[next(iter(self._entries))]
         # One caller giving up must not cancel the load the others are waiting for.
         return await asyncio.shield(task)
 

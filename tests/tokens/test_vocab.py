@@ -144,3 +144,21 @@ async def test_cache_retries_after_a_failure() -> None:
         await cache.get("m")
     assert (await cache.get("m")).decode([0]) == "a"
     assert attempts == 2
+
+
+async def test_cache_keeps_the_most_recently_used_few() -> None:
+    loads: list[str] = []
+
+    async def load(model: str, digest: str | None) -> Vocab:
+        loads.append(model)
+        return Vocab.from_kv({"tokenizer.ggml.model": "gpt2",
+                              "tokenizer.ggml.tokens": ["a"]}, model)  # fmt: skip
+
+    cache = VocabCache(load, size=2)
+    await cache.get("a")
+    await cache.get("b")
+    await cache.get("a")  # a is now the most recent
+    await cache.get("c")  # evicts b
+    await cache.get("a")
+    await cache.get("b")
+    assert loads == ["a", "b", "c", "b"]
