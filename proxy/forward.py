@@ -36,8 +36,6 @@ HOP_BY_HOP: Final = frozenset(
         "Upgrade",
     )
 )
-_PARSE_IN_THREAD: Final = 256 * 1024
-"""Bytes a reader may leave to parse at EOF before that parse moves off the event loop."""
 # Headers aiohttp's server may add on its own; removed again unless Ollama sent them.
 _SERVER_ADDED: Final = (hdrs.SERVER, hdrs.DATE, hdrs.CONTENT_TYPE)
 
@@ -273,7 +271,7 @@ class _Relay:
             # same truncated reply a direct connection would have given it.
             self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {cut!r}"
             self.abort_client()
-            await self.close_reader(reader, time.monotonic())
+            self.close_reader(reader, time.monotonic())
             self.finish(Outcome.INCOMPLETE)
             return resp
         at = time.monotonic()
@@ -282,7 +280,7 @@ class _Relay:
         except ConnectionResetError:
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return resp
-        await self.close_reader(reader, at)
+        self.close_reader(reader, at)
         self.finish(ollama.outcome_of(self.ex, reader))
         return resp
 
@@ -300,15 +298,11 @@ class _Relay:
             return await self.end_reply(resp, reader, exc)
         return await self.end_reply(resp, reader, None)
 
-    async def close_reader(self, reader: ollama.Reader | None, at: float) -> None:
-        """Let the reader finish at EOF; a large single reply (a batch of embeddings is
-        megabytes of JSON, ~25 ms to parse) is parsed in a thread so other streams on the
-        loop do not stall. The client already has every byte by then."""
-        if reader is None:
-            return
-        if reader.backlog > _PARSE_IN_THREAD:
-            self.outputs(await asyncio.to_thread(reader.close, at))
-        else:
+    def close_reader(self, reader: ollama.Reader | None, at: float) -> None:
+        """Let the reader finish at EOF. A large single reply is parsed right here: orjson
+        holds the GIL, so a thread would stall the loop all the same, and awaiting it would
+        open a window for a cancellation between the last byte and the exchange's end."""
+        if reader is not None:
             self.outputs(reader.close(at))
 
     def outputs(self, pieces: list[OutputChunk]) -> None:

@@ -189,11 +189,6 @@ class Reader(Protocol):
     errored: bool
     """An error line, error event or error body was seen (`ex.error_message` holds it)."""
 
-    @property
-    def backlog(self) -> int:
-        """Bytes kept for `close` to parse (a single JSON reply); 0 for streams."""
-        ...
-
     def feed(self, data: bytes, at: float) -> list[OutputChunk]: ...
 
     def close(self, at: float) -> list[OutputChunk]: ...
@@ -346,7 +341,7 @@ def _item_pieces(item: Any) -> _Pieces:
     if kind == "function_call":
         return [(OutputKind.TOOL_CALL, _compact(item))]
     parts = item.get("summary") if kind == "reasoning" else item.get("content")
-    texts = "".join(p.get("text", "") for p in parts or [] if isinstance(p, dict))
+    texts = "".join(_str(p.get("text")) or "" for p in parts or [] if isinstance(p, dict))
     return _pieces(texts, None, None) if kind == "reasoning" else _pieces(None, texts, None)
 
 
@@ -429,10 +424,6 @@ class _Reader:
         self.ex = ex
         self.complete = False
         self.errored = False
-
-    @property
-    def backlog(self) -> int:
-        return 0
 
     def _fail(self, message: str) -> None:
         self.errored = True
@@ -670,10 +661,6 @@ class _ReplyReader(_Reader):
         super().__init__(ex)
         self._limit = limit
         self._body: bytearray | None = bytearray()
-
-    @property
-    def backlog(self) -> int:
-        return len(self._body) if self._body is not None else 0
 
     def feed(self, data: bytes, at: float) -> list[OutputChunk]:
         if self._body is None:

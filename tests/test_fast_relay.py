@@ -157,6 +157,28 @@ async def test_interim_replies_are_skipped(
 
 
 @pytest.mark.parametrize("relay", RELAYS)
+async def test_a_trailer_never_becomes_a_header(
+    relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(  # head, body and trailer in one write: one read at the proxy
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            b"3\r\n{}\n\r\n0\r\nX-Trailer: late\r\nContent-Type: text/html\r\n\r\n"
+        )
+        await writer.drain()
+        writer.close()
+
+    spy = Recorder()
+    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve), observers=(spy,))
+    async with aiohttp.ClientSession() as s, s.get(proxy.url + "/x") as resp:
+        assert await resp.read() == b"{}\n"
+        assert "X-Trailer" not in resp.headers
+        assert resp.headers["Content-Type"] == "application/x-ndjson"
+
+
+@pytest.mark.parametrize("relay", RELAYS)
 async def test_a_reply_framed_by_the_close_is_relayed_whole(
     relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
 ) -> None:

@@ -931,3 +931,9 @@ def test_reply_pieces_of_every_family(
     reply: dict[str, Any], expected: list[tuple[str, str]]
 ) -> None:
     assert [(str(kind), text) for kind, text in ollama.reply_pieces(reply)] == expected
+
+
+def test_reply_pieces_tolerates_nulls() -> None:
+    reply = {"output": [{"type": "message", "content": [{"type": "output_text", "text": None}]},
+                        {"type": "reasoning", "summary": None}, None]}  # fmt: skip
+    assert ollama.reply_pieces(reply) == []

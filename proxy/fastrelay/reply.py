@@ -68,6 +68,8 @@ class Reply:
         self.reason = text(reason)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.head.done():
+            return  # a chunked reply's trailer: not part of the head that was relayed
         self.headers.append((text(name), text(value)))
 
     def on_headers_complete(self) -> None:
@@ -101,7 +103,8 @@ class Reply:
         """Send the body (what already arrived first) to `sink` from now on."""
         self.sink = sink
         self._flush()
-        self.conn.resume_reading()
+        if not self.ended:  # once ended, the connection may already serve another reply
+            self.conn.resume_reading()
 
     def abandon(self) -> None:
         """Stop reading: the connection is closed at once (how Ollama learns to stop)."""
@@ -113,8 +116,9 @@ class Reply:
         self.conn.abort()
 
     def lost(self, exc: BaseException | None) -> None:
-        """The connection closed; a reply framed by the close ends well, any other is cut."""
-        if self.head.done() and self.until_close:
+        """The connection closed; a reply framed by the close ends well when it closed
+        cleanly, and any other (or one cut by a reset) is cut."""
+        if self.head.done() and self.until_close and exc is None:
             self._end(None, False)
             return
         where = "in the middle of its reply" if self.head.done() else "before answering"

@@ -59,10 +59,11 @@ class Writer:
         self.capacity = capacity
         self.retention = retention
         self.metrics = metrics
-        self._queue: deque[tuple[Exchange, Capture]] = deque()
-        self._bytes = 0
-        """Weight of what is queued (see `_weight`); updated from both threads, which the
-        GIL makes safe for an int += and is exact enough for a budget."""
+        self._queue: deque[tuple[Exchange, Capture, int]] = deque()
+        # Bytes queued = added − taken. Each counter has one writer (the event loop, the
+        # writer thread): a single shared `+=`/`-=` would lose updates between threads.
+        self._added = 0
+        self._taken = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
@@ -71,18 +72,23 @@ class Writer:
     def submit(self, ex: Exchange, cap: Capture) -> None:
         """Queue a finished exchange, or drop and count it when the queue is full (by count
         or by bytes) or the writer thread is gone."""
-        weight = _weight(ex)
-        full = len(self._queue) >= self.capacity or self._bytes + weight > QUEUE_BYTES
+        weight = _weight(ex, cap)
+        queued = self._added - self._taken
+        full = len(self._queue) >= self.capacity or queued + weight > QUEUE_BYTES
         if full or (self._thread is not None and not self._thread.is_alive()):
             self.metrics.dropped.inc()
             return
-        self._bytes += weight
-        self._queue.append((ex, cap))
+        self._added += weight
+        self._queue.append((ex, cap, weight))
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._added - self._taken
 
     def _take(self, n: int) -> list[tuple[Exchange, Capture]]:
-        batch = [self._queue.popleft() for _ in range(n)]
-        self._bytes -= sum(_weight(ex) for ex, _ in batch)
-        return batch
+        items = [self._queue.popleft() for _ in range(n)]
+        self._taken += sum(weight for _, _, weight in items)
+        return [(ex, cap) for ex, cap, _ in items]
 
     def open(self) -> None:
         """Open and migrate the file, and prune once (blocking: call it in a thread)."""
@@ -177,8 +183,10 @@ class Writer:
         self.metrics.db_size.set(size)
 
 
-def _weight(ex: Exchange) -> int:
-    """Bytes an exchange holds until written: its teed body and, for a single JSON reply
-    kept parsed on `ex.final`, about its wire size (O(1): no walking of parsed objects)."""
+def _weight(ex: Exchange, cap: Capture) -> int:
+    """Bytes an exchange holds until written: its teed body, the text of its timeline, and
+    for a single JSON reply kept parsed on `ex.final`, about its wire size (O(1): no
+    walking of parsed objects)."""
     body = len(ex.request_body) if ex.request_body is not None else 0
-    return body + (ex.response_bytes if ex.final is not None and not ex.streamed else 0)
+    text = len(cap.timeline.text) if cap.timeline is not None else 0
+    return body + text + (ex.response_bytes if ex.final is not None and not ex.streamed else 0)

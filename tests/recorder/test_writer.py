@@ -94,9 +94,13 @@ async def test_the_queue_is_bounded_by_bytes_too(
         drive(rec, exchange(body=big))
     assert sample(registry, "ollama_tap_recorder_queue_depth") == 2
     assert sample(registry, "ollama_tap_records_dropped_total") == 3
+    assert rec.writer is not None and rec.writer.queued_bytes > 2 * 1024 * 1024
     await rec.start()
+    for _ in range(50):  # traffic while the writer drains: the budget must not drift
+        drive(rec, exchange(body=chat_body()))
     await rec.stop()
-    assert await count(rec) == 2
+    assert await count(rec) == 52
+    assert rec.writer.queued_bytes == 0
 
 
 async def test_the_writer_survives_a_failing_round(
