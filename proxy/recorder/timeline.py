@@ -4,7 +4,9 @@ Blob layout (little-endian): a header ``<BBI`` (format 1, flags, count), then ``
 float64 offsets in seconds from the request head, ``count`` uint8 kinds, ``count`` uint32
 wire sizes (bytes of the line or event that carried the piece), and — only when flag
 TEXT is set — ``count`` uint32 UTF-8 lengths followed by the concatenated text. A
-10,000-token stream is one blob of about 170 kB with text, 130 kB without.
+10,000-token stream is one blob of about 170 kB with text, 130 kB without; in flight it
+holds about 10 bytes per piece plus the text (sizes and lengths as narrow as they fit,
+kinds only once they differ), and packing widens them to the layout above.
 """
 
 from __future__ import annotations
@@ -27,53 +29,117 @@ KINDS: Final = tuple(OutputKind)
 _KIND_CODE: Final = {kind: code for code, kind in enumerate(KINDS)}
 
 
-def _le(a: array[Any]) -> bytes:
+def _le(a: array[Any]) -> bytes | array[Any]:
+    """The array's items little-endian: the array itself (a buffer `bytes.join` takes
+    without a copy) on little-endian machines."""
     if sys.byteorder == "big":
         a = array(a.typecode, a)
         a.byteswap()
-    return a.tobytes()
+        return a.tobytes()
+    return a
+
+
+_WIDTHS: Final = ("B", "H", "I")
+"""Unsigned type codes from narrow to wide; the blob stores "I"."""
+
+
+def _widened(a: array[int], value: int) -> array[int]:
+    """`a` copied into the narrowest wider type code that holds `value`, with it appended.
+
+    Sizes and lengths are kept as narrow as their largest value while a stream is in
+    flight (nearly every token fits in a byte): 2,000 held streams cost megabytes less.
+    Past uint32 this raises OverflowError, as a uint32 array always did.
+    """
+    for code in _WIDTHS[_WIDTHS.index(a.typecode) + 1 :]:
+        wider = array(code, a)
+        try:
+            wider.append(value)
+        except OverflowError:
+            continue
+        return wider
+    a.append(value)  # raises
+    return a
+
+
+def _uint32_le(a: array[int]) -> bytes | bytearray | array[int]:
+    """The items of a "B", "H" or "I" array as little-endian uint32s."""
+    if a.typecode == "I":
+        return _le(a)
+    if sys.byteorder == "big":
+        return _le(array("I", a))
+    # Byte i of every item into byte i of every uint32 (zeros above): C-speed slice copies
+    # where array("I", a) converts item by item, 20× slower.
+    out, raw, width = bytearray(4 * len(a)), a.tobytes(), a.itemsize
+    for i in range(width):
+        out[i::4] = raw[i::width]
+    return out
 
 
 class Timeline:
     """Output pieces as they were relayed: offsets, kinds, sizes and (optionally) text."""
 
-    __slots__ = ("flags", "kinds", "lengths", "nbytes", "offsets", "text")
+    __slots__ = ("_kind", "flags", "kinds", "lengths", "nbytes", "offsets", "text")
 
     def __init__(self, *, keep_text: bool) -> None:
         self.flags = TEXT if keep_text else 0
         self.offsets = array("d")
-        self.kinds = array("B")
-        self.nbytes = array("I")
-        self.lengths = array("I")
+        # While every piece has one kind (nearly every stream), that kind is all there is
+        # to keep; the array of kinds exists from the first piece of another kind on.
+        self._kind = -1
+        self.kinds: array[int] | None = None
+        # Widened on the first value that does not fit (see _widened); packed as uint32.
+        self.nbytes = array("B")
+        self.lengths = array("B")
         # One growing buffer, not a bytes object per piece: a long stream held in flight
-        # costs ~21 bytes per token instead of ~70.
+        # costs ~14 bytes per token plus its text instead of ~70.
         self.text = bytearray()
 
     def add(self, offset: float, piece: OutputChunk) -> None:
         self.offsets.append(offset)
-        self.kinds.append(_KIND_CODE[piece.kind])
-        self.nbytes.append(piece.nbytes)
+        code = _KIND_CODE[piece.kind]
+        if self.kinds is not None:
+            self.kinds.append(code)
+        elif code != self._kind:
+            self._new_kind(code)
+        try:
+            self.nbytes.append(piece.nbytes)
+        except OverflowError:
+            self.nbytes = _widened(self.nbytes, piece.nbytes)
         if not self.flags & TEXT:
             return
         text = piece.text.encode()
         if self.flags & TEXT_TRUNCATED or len(self.text) + len(text) > TEXT_CAP:
             self.flags |= TEXT_TRUNCATED
             text = b""
-        self.lengths.append(len(text))
+        try:
+            self.lengths.append(len(text))
+        except OverflowError:
+            self.lengths = _widened(self.lengths, len(text))
         self.text += text
+
+    def _new_kind(self, code: int) -> None:
+        """A piece (already in `offsets`) whose kind differs from every earlier one's."""
+        earlier = len(self.offsets) - 1
+        if earlier:
+            self.kinds = array("B", [self._kind]) * earlier
+            self.kinds.append(code)
+        else:
+            self._kind = code
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def pack(self) -> bytes:
-        parts = [
-            _HEADER.pack(FORMAT, self.flags, len(self.offsets)),
+        count = len(self.offsets)
+        kinds = self.kinds if self.kinds is not None else bytes([max(self._kind, 0)]) * count
+        parts: list[bytes | bytearray | array[Any]] = [
+            _HEADER.pack(FORMAT, self.flags, count),
             _le(self.offsets),
-            self.kinds.tobytes(),
-            _le(self.nbytes),
+            kinds,
+            _uint32_le(self.nbytes),
         ]
         if self.flags & TEXT:
-            parts += [_le(self.lengths), bytes(self.text)]
+            parts += [_uint32_le(self.lengths), self.text]
         return b"".join(parts)
 
 

@@ -34,7 +34,9 @@ QUEUE_BYTES: Final = 256 * 1024 * 1024
 embedding replies are megabytes each); beyond it records are dropped and counted, as when
 the queue is full, so a stalled disk never turns into an out-of-memory kill."""
 FLUSH_EVERY: Final = 0.05
-BATCH: Final = 500
+BATCH: Final = 100
+"""Rows per transaction: enough to amortize the commit, few enough that a burst of ends
+(2,000 streams finishing together) does not hold hundreds of rows and exchanges at once."""
 PRUNE_EVERY: Final = 300.0
 _INSERT: Final = (
     f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"

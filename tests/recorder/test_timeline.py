@@ -64,3 +64,25 @@ def test_text_past_the_cap_is_dropped_but_offsets_stay() -> None:
     assert got["text_truncated"] is True
     assert [len(t) for t in got["texts"]] == [len(big), 0, 0]
     assert got["offsets"] == [0.0, 1.0, 2.0]
+
+
+def test_narrow_in_flight_fields_pack_as_uint32() -> None:
+    """Sizes and lengths start a byte wide and widen as values grow; kinds are kept only
+    once they differ. The blob is the same uint32 layout either way."""
+    tl = Timeline(keep_text=True)
+    sizes = [93, 255, 256, 65_535, 65_536, 2**32 - 1, 7]
+    texts = ["a", "b" * 255, "c" * 256, "d", "e" * 70_000, "", "f"]
+    kinds = [OutputKind.CONTENT] * 3 + [OutputKind.THINKING] + [OutputKind.CONTENT] * 3
+    for i, (size, text, kind) in enumerate(zip(sizes, texts, kinds, strict=True)):
+        tl.add(i / 8, OutputChunk(0.0, kind, text, size))
+    got = unpack(tl.pack())
+    assert got["bytes"] == sizes
+    assert got["texts"] == texts
+    assert got["kinds"] == [str(k) for k in kinds]
+    assert got["offsets"] == [i / 8 for i in range(7)]
+
+
+def test_size_beyond_uint32_still_raises() -> None:
+    tl = Timeline(keep_text=False)
+    with pytest.raises(OverflowError):
+        tl.add(0.0, OutputChunk(0.0, OutputKind.CONTENT, "", 2**32))
