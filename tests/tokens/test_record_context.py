@@ -4,7 +4,6 @@ official client, the real proxy, and a real vocabulary served by the fake upstre
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from proxy.tokens.gguf import read_metadata
 from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama
 from tests.recorder.test_e2e import AUTH, records
+from tests.serve_process import free_port
 from tests.tokens.test_detok import _cases
 
 MODEL = "llama3.2:latest"
@@ -117,9 +117,7 @@ async def test_generate_context_reads_back_as_text(
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 async def test_upstream_down_is_said_not_a_crash(
