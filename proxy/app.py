@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterable
 
 import aiohttp
@@ -13,6 +14,8 @@ from proxy.accesslog import AccessLog
 from proxy.config import Settings
 from proxy.exchange import Exchange
 from proxy.fastrelay import FastRelay, UpstreamPool
+from proxy.fastrelay.front import Front, FrontSite
+from proxy.fastrelay.frontrelay import FrontRelay
 from proxy.forward import Forwarder, _Relay
 from proxy.hooks import Hooks
 from proxy.hostcheck import host_check, local_addresses
@@ -34,6 +37,8 @@ RECORDER = web.AppKey("recorder", Recorder)
 SHUTTING_DOWN = web.AppKey("shutting_down", list[bool])
 FORWARDER = web.AppKey("forwarder", Forwarder)
 ADMIN_TOKEN = web.AppKey("admin_token", str)
+FRONT = web.AppKey("front", Front)
+"""The listening socket's own server (relay = "fast"); absent with the aiohttp relay."""
 VOCABS = web.AppKey("vocabs", VocabCache)
 """Vocabularies by model digest, for the read API's decoded `context` (never the hot path)."""
 
@@ -87,23 +92,43 @@ async def _recorder(app: web.Application) -> AsyncIterator[None]:
     await app[RECORDER].stop()
 
 
-def _fast_relay(
-    app: web.Application, settings: Settings
-) -> Callable[[Forwarder, web.Request, Exchange], _Relay]:
-    """The experimental relay (setting `relay = "fast"`) and its connection pool, closed
-    with the app after in-flight exchanges ended."""
+MakeRelay = Callable[[Forwarder, web.Request, Exchange], _Relay]
+
+
+def _fast_relay(app: web.Application, settings: Settings) -> tuple[MakeRelay, MakeRelay]:
+    """The fast relay for requests aiohttp's server parsed, and the front's relay, sharing
+    one upstream connection pool, closed with the app after in-flight exchanges ended."""
     pool = UpstreamPool(settings.upstream_url, settings.connect_timeout, settings.read_timeout)
 
     async def close(_: web.Application) -> None:
         pool.close()
 
     app.on_cleanup.append(close)
-    return lambda fwd, request, ex: FastRelay(fwd, request, ex, pool)
+    return (
+        lambda fwd, request, ex: FastRelay(fwd, request, ex, pool),
+        lambda fwd, request, ex: FrontRelay(fwd, request, ex, pool),
+    )
 
 
 async def _mark_shutdown(app: web.Application) -> None:
     app[SHUTTING_DOWN][0] = True
-    app[FORWARDER].cancel_after(app[SETTINGS].shutdown_grace)
+    grace = app[SETTINGS].shutdown_grace
+    app[FORWARDER].cancel_after(grace)
+    if FRONT in app:
+        # The front's exchanges are not aiohttp's handlers, which the runner waits for:
+        # they are waited for here, before the recorder is stopped in cleanup.
+        app[FRONT].close_idle()
+        await app[FRONT].wait_exchanges(grace + 5)
+
+
+def make_site(
+    runner: web.AppRunner, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> web.TCPSite:
+    """The listening site: the front when the app has one (relay = "fast"), else aiohttp's."""
+    app = runner.app
+    if FRONT in app:
+        return FrontSite(runner, app[FRONT], host, port, ssl_context=ssl_context)
+    return web.TCPSite(runner, host, port, ssl_context=ssl_context)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -150,14 +175,17 @@ def make_app(
     app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
     app.on_shutdown.append(_mark_shutdown)
 
+    fast, front = _fast_relay(app, settings) if settings.relay == "fast" else (None, None)
     forwarder = Forwarder(
         settings,
         hooks,
         session=lambda: app[SESSION],
         shutting_down=lambda: app[SHUTTING_DOWN][0],
-        make_relay=_fast_relay(app, settings) if settings.relay == "fast" else None,
+        make_relay=fast,
     )
     app[FORWARDER] = forwarder
+    if front is not None:
+        app[FRONT] = Front(settings, forwarder, front)
     app.router.add_get("/_tap/healthz", healthz)
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))

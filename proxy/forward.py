@@ -107,7 +107,12 @@ class Forwarder:
         # absolute form (`GET http://host/api/tags`) must not carry its origin along.
         return URL(str(self.upstream).rstrip("/") + request.rel_url.raw_path_qs, encoded=True)
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(
+        self,
+        request: web.Request,
+        make_relay: Callable[[Forwarder, web.Request, Exchange], _Relay] | None = None,
+    ) -> web.StreamResponse:
+        """Relay one request; `make_relay` overrides the relay (the front's own)."""
         ex = Exchange(
             method=request.method,
             path=request.path,
@@ -116,7 +121,7 @@ class Forwarder:
             client=request.remote or "",
             request_headers=dict(request.headers),
         )
-        relay = self._make_relay(self, request, ex)
+        relay = (make_relay or self._make_relay)(self, request, ex)
         task = asyncio.current_task()
         if task is not None:
             self._in_flight.add(task)
@@ -128,7 +133,7 @@ class Forwarder:
             raise
         except Exception:
             log.exception("relay_failed", id=ex.id, path=ex.path)
-            if relay.response is not None and relay.response.prepared:
+            if relay.reply_started():
                 relay.abort_client()
                 relay.finish(Outcome.PROXY_ERROR)
                 raise
@@ -236,11 +241,23 @@ class _Relay:
         finally:
             up.close()
 
+    def reply_started(self) -> bool:
+        """Whether the client has been sent a response head (an error can only cut it)."""
+        return self.response is not None and self.response.prepared
+
     def begin_reply(
         self, status: int, reason: str | None, headers: CIMultiDictProxy[str]
     ) -> tuple[RelayResponse, ollama.Reader | None]:
         """The upstream's head is here: fill the Exchange, fire `response_headers`, and
         make the client's response (not yet prepared) and the reader for the body."""
+        reader = self.note_reply(status, headers)
+        resp = self.response = RelayResponse(status=status, reason=reason)
+        resp.headers.extend(downstream_headers(headers))
+        return resp, reader
+
+    def note_reply(self, status: int, headers: CIMultiDictProxy[str]) -> ollama.Reader | None:
+        """Fill the Exchange from the reply's head, fire `response_headers`, and return the
+        reader for the body."""
         ex = self.ex
         ex.response_started = time.monotonic()
         ex.status = status
@@ -249,10 +266,7 @@ class _Relay:
         ex.streamed = ollama.is_streamed(ex.content_type)
         self.fire_request()
         self.hooks.response_headers(ex)
-        reader = ollama.reader_for(ex, self.fwd.settings.reply_tee_limit)
-        resp = self.response = RelayResponse(status=status, reason=reason)
-        resp.headers.extend(downstream_headers(headers))
-        return resp, reader
+        return ollama.reader_for(ex, self.fwd.settings.reply_tee_limit)
 
     def read_piece(self, reader: ollama.Reader | None, data: bytes) -> None:
         """Bytes just written to the client: count them and let the reader see them."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import ssl
 import sys
 
@@ -10,7 +11,7 @@ import structlog
 from aiohttp import web
 
 from proxy import logs
-from proxy.app import ADMIN_TOKEN, make_app
+from proxy.app import ADMIN_TOKEN, make_app, make_site
 from proxy.config import Settings
 
 
@@ -60,17 +61,27 @@ def serve(settings: Settings) -> int:
     structlog.get_logger("ollama_tap").info(
         "listening", host=settings.host, port=settings.port, upstream=str(settings.upstream_url)
     )
-    web.run_app(
+    with asyncio.Runner(loop_factory=_loop) as runner:
+        runner.run(_run(app, settings))
+    return 0
+
+
+async def _run(app: web.Application, settings: Settings) -> None:
+    runner = web.AppRunner(
         app,
-        host=settings.host,
-        port=settings.port,
-        ssl_context=_ssl(settings),
+        handler_cancellation=True,
+        access_log=None,
         # The forwarder cancels what is left when the grace period ends (see
         # Forwarder.cancel_after); aiohttp's own timeout is only the backstop.
         shutdown_timeout=settings.shutdown_grace + 5,
-        handler_cancellation=True,
-        access_log=None,
-        print=None,
-        loop=_loop(),
     )
-    return 0
+    await runner.setup()
+    try:
+        await make_site(runner, settings.host, settings.port, _ssl(settings)).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()

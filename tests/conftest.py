@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy.app import make_app
+from proxy.app import make_app, make_site
 from proxy.config import Settings
 from tests.serve_process import ADMIN_TOKEN
 
@@ -65,7 +65,8 @@ MakeProxy = Callable[..., Awaitable[Proxy]]
 async def proxy_factory(tmp_path: Path, fake_ollama: Any) -> AsyncIterator[MakeProxy]:
     """Start proxies in front of the fake Ollama; keyword arguments override settings.
 
-    Served by aiohttp's own runner, as `serve` does; `handler_cancellation` picks which of
+    Served by aiohttp's runner and `make_site`, as `serve` does (with the fast relay the
+    front serves the socket); `handler_cancellation` picks which of
     aiohttp's two client-disconnect behaviours the handler meets (aiohttp's TestServer always
     cancels, so it cannot test the other).
     """
@@ -90,7 +91,7 @@ async def proxy_factory(tmp_path: Path, fake_ollama: Any) -> AsyncIterator[MakeP
         runner = web.AppRunner(app, handler_cancellation=handler_cancellation, access_log=None)
         await runner.setup()
         runners.append(runner)
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = make_site(runner, "127.0.0.1", 0)
         await site.start()
         port = runner.addresses[0][1]
         return Proxy(app, port, settings, registry)

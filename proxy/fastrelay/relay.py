@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, Protocol
 
 import structlog
 from aiohttp import hdrs, web
-from aiohttp.abc import AbstractStreamWriter
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy import ollama
@@ -24,6 +23,13 @@ log = structlog.get_logger("ollama_tap.fastrelay")
 
 _IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 """Methods that may be sent again when a reused connection turns out dead (RFC 9112 §9.3.1)."""
+
+
+class Drainable(Protocol):
+    """What waits for a full client socket to drain: aiohttp's writer, or the front's
+    connection."""
+
+    async def drain(self) -> None: ...
 
 
 class FastRelay(_Relay):
@@ -139,7 +145,7 @@ class FastRelay(_Relay):
             return resp
         return await self.end_reply(resp, self.reader, reply.error)
 
-    async def pump(self, reply: Reply, writer: AbstractStreamWriter) -> None:
+    async def pump(self, reply: Reply, writer: Drainable) -> None:
         """Sleep until the reply ends, waking only to let a full client socket drain."""
         loop = asyncio.get_running_loop()
         while not (reply.ended or self.gone):
@@ -160,10 +166,7 @@ class FastRelay(_Relay):
             self.client_left()
             return
         try:
-            if self.chunked:
-                client.writelines(wire.chunk_frames(data))
-            else:
-                client.write(data)
+            self.write_body(client, data)
             self.read_piece(self.reader, data)
         except Exception as exc:
             # A bug of ours must not escape into the event loop's socket callback: the
@@ -177,6 +180,12 @@ class FastRelay(_Relay):
             if self.conn is not None:
                 self.conn.pause_reading()
             self.wake()
+
+    def write_body(self, client: asyncio.Transport, data: bytes) -> None:
+        if self.chunked:
+            client.writelines(wire.chunk_frames(data))
+        else:
+            client.write(data)
 
     def reply_end(self) -> None:
         self.wake()

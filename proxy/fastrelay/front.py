@@ -1,0 +1,398 @@
+"""The front: the listening socket's own HTTP/1.1 server when `relay = "fast"`.
+
+aiohttp's server costs about 60 µs of CPU per request before the relay runs (request object,
+middlewares, router, response object); the front parses requests with llhttp (httptools)
+and hands each straight to the forwarder with a `FrontRelay`. It serves only what a relay
+needs: plain HTTP/1.1 requests in origin form for Ollama. Every other request — /_tap/*,
+the metrics path, HTTP/1.0, `Expect`, `Upgrade`, odd framing, a Host the DNS-rebinding check
+refuses, bytes that do not parse — is handed, with the connection and every byte read so
+far, to aiohttp's server, which answers exactly as it did before the front existed. A
+hand-off happens at a request boundary and is final for that connection.
+
+Semantics kept from aiohttp's server: keep-alive (75 s idle), pipelined requests answered
+in order, request bodies streamed with back-pressure, a client that disconnects cancels its
+exchange (`client_disconnected`), and on shutdown idle connections close at once while busy
+ones finish within the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+from typing import Any, Final, cast
+
+import httptools
+import structlog
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
+
+from proxy.config import Settings
+from proxy.exchange import Exchange
+from proxy.fastrelay.frontrelay import WRITTEN, ClientGone, FrontRelay, FrontRequest, error_response
+from proxy.fastrelay.wire import text
+from proxy.forward import Forwarder, _Relay
+from proxy.hostcheck import allowed_host
+
+log = structlog.get_logger("ollama_tap.front")
+
+KEEPALIVE_SECONDS: Final = 75.0
+"""An idle keep-alive connection is closed after this long (aiohttp's default)."""
+MAX_HEAD: Final = 128 * 1024
+"""A request head still incomplete after this many bytes goes to aiohttp, which refuses it."""
+MAX_QUEUED: Final = 16
+"""Pipelined requests parsed ahead of the one being answered before reading pauses."""
+_REFUSED_PIPELINED: Final = (
+    "ollama-tap: this request was pipelined behind another on the same connection, and "
+    "requests to /_tap/, the metrics path or in HTTP/1.0 must come first on theirs"
+)
+
+MakeRelay = Callable[[Forwarder, web.Request, Exchange], _Relay]
+
+
+class _HandOff(Exception):
+    """Raised inside the parser's callback: this request is aiohttp's."""
+
+
+class Front:
+    """The protocol factory of the listening socket, and the connections it serves."""
+
+    def __init__(self, settings: Settings, fwd: Forwarder, make_relay: MakeRelay) -> None:
+        self.fwd = fwd
+        self.make_relay = make_relay
+        self.check_host = settings.loopback_bind
+        self.own_paths = {settings.metrics_path} if settings.metrics else set()
+        self.connections: set[FrontConnection] = set()
+        self.closing = False
+        self._aiohttp: Callable[[], asyncio.Protocol] | None = None
+
+    def attach(self, server: Callable[[], asyncio.Protocol]) -> None:
+        """aiohttp's protocol factory (the runner's `server`), for the connections handed off."""
+        self._aiohttp = server
+
+    def __call__(self) -> FrontConnection:
+        return FrontConnection(self)
+
+    def aiohttp_protocol(self) -> asyncio.Protocol:
+        assert self._aiohttp is not None, "Front.attach was not called"
+        return self._aiohttp()
+
+    def serves(self, method: str, version: str, request: FrontRequest) -> bool:
+        """Whether the front relays this request itself (else aiohttp takes the connection)."""
+        headers = request.headers
+        path = request.path
+        if (
+            version != "1.1"
+            or method == "CONNECT"
+            or not request.rel_url.raw_path.startswith("/")
+            or path == "/_tap"
+            or path.startswith("/_tap/")
+            or path in self.own_paths
+            or hdrs.EXPECT in headers
+            or hdrs.UPGRADE in headers
+            or len(headers.getall(hdrs.CONTENT_LENGTH, ())) > 1
+        ):
+            return False
+        te = headers.getall(hdrs.TRANSFER_ENCODING, ())
+        if te and (te != ["chunked"] or hdrs.CONTENT_LENGTH in headers):
+            return False
+        return not self.check_host or allowed_host(headers.get(hdrs.HOST, ""))
+
+    def close_idle(self) -> None:
+        """Shutdown begins: idle connections close now, busy ones after their exchange."""
+        self.closing = True
+        for conn in list(self.connections):
+            conn.close_if_idle()
+
+    async def wait_exchanges(self, within: float) -> None:
+        tasks = [c.task for c in self.connections if c.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=within)
+
+
+class FrontConnection(asyncio.Protocol):
+    """One client connection: requests parsed as they arrive, answered one at a time."""
+
+    def __init__(self, front: Front) -> None:
+        self.front = front
+        self.transport: asyncio.Transport = cast(asyncio.Transport, None)
+        self.remote = ""
+        self.parser = httptools.HttpRequestParser(self)
+        # Bytes read since the current request began, kept until the front knows it serves
+        # it: a hand-off gives aiohttp every one of them.
+        self.raw: list[bytes] = []
+        self.raw_size = 0
+        self.raw_valid = True
+        """False when the request began inside a read that also ended the previous one."""
+        self.buffering = True
+        self.in_message = False
+        self.ended_in_read = False
+        self.url: list[bytes] = []
+        self.header_list: list[tuple[str, str]] = []
+        self.current: FrontRequest | None = None
+        """The request whose body is being read."""
+        self.queue: collections.deque[FrontRequest] = collections.deque()
+        self.task: asyncio.Task[None] | None = None
+        self.relay: FrontRelay | None = None
+        self.pending: str | None = None
+        """What to do once the running exchange ends: "hand-off" or "refuse"."""
+        self.writing_paused = False
+        self.reading_paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self._idle: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.remote = str(peer[0]) if isinstance(peer, tuple) else ""
+        self.front.connections.add(self)
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        if self.buffering:
+            self.raw.append(data)
+            self.raw_size += len(data)
+        if self.pending is not None:
+            return  # this connection's next request is aiohttp's; parsing has stopped
+        self.ended_in_read = False
+        try:
+            self.parser.feed_data(data)
+        except _HandOff:
+            if self.task is None:
+                self.next(keep=True)
+            return
+        except httptools.HttpParserError as exc:
+            self.unparseable(exc)
+            return
+        if not self.in_message:
+            self._reset_raw()
+        elif self.current is None and self.raw_size > MAX_HEAD:
+            self.unparseable(httptools.HttpParserError("request head too large"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.front.connections.discard(self)
+        self._disarm_idle()
+        if self.current is not None:
+            self.current.content.fail(ClientGone("the client closed the connection"))
+        relay = self.relay
+        if self.task is not None and not (relay is not None and relay.delivered()):
+            # aiohttp's handler_cancellation: the exchange ends as `client_disconnected`
+            # (or `shutdown`) and the upstream connection is closed, so Ollama stops.
+            self.task.cancel()
+        self.writing_paused = False
+        self._wake_writer()
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._wake_writer()
+
+    async def drain(self) -> None:
+        if self.writing_paused and not self.transport.is_closing():
+            self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+
+    # -- llhttp callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self.in_message = True
+        if self.ended_in_read:
+            self.raw_valid = False
+        self.url, self.header_list = [], []
+
+    def on_url(self, url: bytes) -> None:
+        self.url.append(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_list.append((text(name), text(value)))
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        method = parser.get_method().decode("ascii", "surrogateescape")
+        request = FrontRequest(
+            self,
+            method,
+            text(b"".join(self.url)),
+            CIMultiDict(self.header_list),
+            parser.should_keep_alive(),
+            _has_body(self.header_list),
+        )
+        if not self.front.serves(method, parser.get_http_version(), request):
+            self.pending = "hand-off" if self.raw_valid else "refuse"
+            raise _HandOff
+        self.current = request
+        self.buffering = False
+        self.raw, self.raw_size = [], 0
+        if self.task is None:
+            self.start(request)
+        else:
+            self.queue.append(request)
+            if len(self.queue) >= MAX_QUEUED:
+                self.pause_reading()
+
+    def on_body(self, body: bytes) -> None:
+        if self.current is not None:
+            self.current.content.feed(body)
+
+    def on_message_complete(self) -> None:
+        if self.current is not None:
+            self.current.content.feed_eof()
+            self.current = None
+        self.in_message = False
+        self.ended_in_read = True
+
+    # -- exchanges ----------------------------------------------------------------------
+
+    def start(self, request: FrontRequest) -> None:
+        self._disarm_idle()
+        self.task = asyncio.get_running_loop().create_task(self.serve(request))
+
+    async def serve(self, request: FrontRequest) -> None:
+        transport = self.transport
+        try:
+            resp = await self.front.fwd.handle(cast(web.Request, request), self._relay)
+        except asyncio.CancelledError:
+            transport.abort()
+            return
+        except Exception:
+            # Logged and recorded by the forwarder; the client's reply was cut there.
+            transport.abort()
+            return
+        finally:
+            self.relay = None
+        keep = request.keep_alive and not self.front.closing
+        if resp is not WRITTEN and not transport.is_closing():
+            transport.write(error_response(resp, keep))
+        self.task = None
+        if not request.content.is_eof():
+            # The exchange ended before its upload (Ollama answered early): the rest of the
+            # body is read and dropped, as aiohttp's server does, keeping the connection.
+            request.content.discard()
+        self.next(keep)
+
+    def next(self, keep: bool) -> None:
+        """The exchange ended: the next request, a deferred hand-off, or close."""
+        transport = self.transport
+        if transport.is_closing():
+            return
+        if not keep:
+            transport.close()
+        elif self.pending == "hand-off":
+            self.hand_off()
+        elif self.pending == "refuse":
+            self.refuse()
+        elif self.queue:
+            self.resume_reading()
+            self.start(self.queue.popleft())
+        else:
+            self._arm_idle()
+
+    def _relay(self, fwd: Forwarder, request: web.Request, ex: Exchange) -> _Relay:
+        relay = self.relay = cast(FrontRelay, self.front.make_relay(fwd, request, ex))
+        return relay
+
+    def hand_off(self) -> None:
+        """Give the connection, and every byte of the current request, to aiohttp."""
+        self.front.connections.discard(self)
+        self._disarm_idle()
+        transport, data = self.transport, b"".join(self.raw)
+        self.raw, self.raw_size = [], 0
+        handler = self.front.aiohttp_protocol()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if self.reading_paused:
+            transport.resume_reading()
+        if data:
+            handler.data_received(data)
+
+    def refuse(self) -> None:
+        from proxy.ollama import error_body
+
+        body = error_body("ollama", 400, _REFUSED_PIPELINED)
+        resp = web.Response(status=400, body=body, content_type="application/json")
+        self.transport.write(error_response(resp, keep_alive=False))
+        self.transport.close()
+
+    def unparseable(self, exc: Exception) -> None:
+        """Bytes llhttp refuses: aiohttp's server answers them (400) when they begin a
+        request it can be given; otherwise the connection is cut."""
+        if self.raw_valid and self.current is None and self.task is None:
+            self.pending = "hand-off"
+            self.hand_off()
+            return
+        log.info("front_unparseable", error=str(exc))
+        if self.current is not None:
+            self.current.content.fail(ClientGone(f"the request body could not be parsed: {exc}"))
+        self.transport.abort()
+
+    def close_if_idle(self) -> None:
+        if self.task is None and not self.in_message:
+            self.transport.close()
+
+    def pause_reading(self) -> None:
+        if not self.reading_paused and not self.transport.is_closing():
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.reading_paused and len(self.queue) < MAX_QUEUED:
+            self.reading_paused = False
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _reset_raw(self) -> None:
+        self.raw, self.raw_size = [], 0
+        self.raw_valid, self.buffering = True, True
+
+    def _wake_writer(self) -> None:
+        waiter, self._drain = self._drain, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _arm_idle(self) -> None:
+        self._disarm_idle()
+        loop = asyncio.get_running_loop()
+        self._idle = loop.call_later(KEEPALIVE_SECONDS, self.close_if_idle)
+
+    def _disarm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+
+def _has_body(headers: list[tuple[str, str]]) -> bool:
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == "transfer-encoding" or (lowered == "content-length" and value.strip() != "0"):
+            return True
+    return False
+
+
+class FrontSite(web.TCPSite):
+    """aiohttp's TCPSite with the front as the listening socket's protocol factory."""
+
+    def __init__(self, runner: web.BaseRunner, front: Front, *args: Any, **kwargs: Any) -> None:
+        super().__init__(runner, *args, **kwargs)
+        self._front = front
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        self._front.attach(server)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._front,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )

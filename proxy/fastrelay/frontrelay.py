@@ -1,0 +1,256 @@
+"""One exchange served by the front (see `front.py`): the request as the front parsed it, its
+body as it streams in, and the relay that writes the client's response itself."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import email.utils
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Final
+
+from aiohttp import hdrs, web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from proxy import ollama
+from proxy.exchange import Outcome
+from proxy.fastrelay import wire
+from proxy.fastrelay.relay import FastRelay
+from proxy.fastrelay.reply import Reply
+from proxy.forward import downstream_headers
+
+if TYPE_CHECKING:
+    from proxy.fastrelay.front import FrontConnection
+
+BODY_HIGH_WATER: Final = 256 * 1024
+"""Request-body bytes held before the client's socket stops being read (aiohttp's figure)."""
+WRITTEN: Final = web.StreamResponse()
+"""What a front exchange returns when it wrote its response itself."""
+
+
+class ClientGone(ConnectionResetError):
+    """The client closed its connection while its request body was still arriving."""
+
+
+class BodyStream:
+    """A request body arriving after its head: fed by the connection, read by the upload.
+
+    Offers the three calls of aiohttp's StreamReader the relay uses (`is_eof`, `read`,
+    `iter_any`) and the same back-pressure: above BODY_HIGH_WATER bytes held, the client's
+    socket is paused until the upload has taken them.
+    """
+
+    def __init__(self, conn: FrontConnection) -> None:
+        self._conn = conn
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._held = 0
+        self._eof = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._discarding = False
+
+    def feed(self, data: bytes) -> None:
+        if self._discarding:
+            return
+        self._chunks.append(data)
+        self._held += len(data)
+        if self._held > BODY_HIGH_WATER:
+            self._conn.pause_reading()
+        self._wake()
+
+    def feed_eof(self) -> None:
+        self._eof = True
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        if not self._eof:
+            self._error = error
+            self._eof = True
+            self._wake()
+
+    def discard(self) -> None:
+        """Nobody will read the rest: drop what is held and what still arrives."""
+        self._discarding = True
+        self._chunks.clear()
+        self._held = 0
+        self._conn.resume_reading()
+
+    def is_eof(self) -> bool:
+        return self._eof
+
+    async def read(self) -> bytes:
+        parts = [data async for data in self.iter_any()]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        while True:
+            while self._chunks:
+                data = self._chunks.popleft()
+                self._held -= len(data)
+                if self._held <= BODY_HIGH_WATER:
+                    self._conn.resume_reading()
+                yield data
+            if self._error is not None:
+                raise self._error
+            if self._eof:
+                return
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class FrontRequest:
+    """A request the front parsed, offering the parts of aiohttp's `web.Request` the relays
+    read (method, paths, headers, body, transport); it is passed where they expect one."""
+
+    def __init__(
+        self,
+        conn: FrontConnection,
+        method: str,
+        target: str,
+        headers: CIMultiDict[str],
+        keep_alive: bool,
+        has_body: bool,
+    ) -> None:
+        self.protocol = conn
+        self.transport = conn.transport
+        self.remote = conn.remote
+        self.method = method
+        self.rel_url = URL(target, encoded=True)
+        self.headers = CIMultiDictProxy(headers)
+        self.keep_alive = keep_alive
+        self.body_exists = has_body
+        self.content = BodyStream(conn)
+        if not has_body:
+            self.content.feed_eof()
+
+    @property
+    def path(self) -> str:
+        return self.rel_url.path
+
+    @property
+    def query_string(self) -> str:
+        return self.rel_url.query_string
+
+    @property
+    def content_type(self) -> str:
+        raw = self.headers.get(hdrs.CONTENT_TYPE)
+        # aiohttp's `content_type`: the media type alone, lower-cased, with its default.
+        return raw.partition(";")[0].strip().lower() if raw else "application/octet-stream"
+
+
+class FrontRelay(FastRelay):
+    """The fast relay, writing the client's response itself instead of through aiohttp.
+
+    The head is what aiohttp's server made of the same reply (see `response_head`), sent in
+    the same write as the first body piece; the body pieces are written as they arrive.
+    """
+
+    head: bytes = b""
+    head_sent = False
+
+    def reply_started(self) -> bool:
+        return self.head_sent
+
+    def delivered(self) -> bool:
+        """The client has every byte of a complete reply (a chunked one ends only when the
+        relay writes its last chunk, after this is asked)."""
+        reply = self.reply
+        return (
+            self.head_sent
+            and not self.chunked
+            and reply is not None
+            and reply.ended
+            and reply.error is None
+        )
+
+    async def relay_reply(self, reply: Reply) -> web.StreamResponse:
+        request: FrontRequest = self.request  # type: ignore[assignment]
+        headers = CIMultiDictProxy(CIMultiDict(reply.headers))
+        reader = self.reader = self.note_reply(reply.status, headers)
+        self.client = request.transport
+        self.head, self.chunked = response_head(
+            reply.status, reply.reason, headers, request.method, request.keep_alive
+        )
+        reply.attach(self)
+        if not self.head_sent and not self.gone:
+            self.write_body(request.transport, b"")
+        await self.pump(reply, request.protocol)
+        if self.bug is not None:
+            raise self.bug
+        if self.gone or (request.transport.is_closing() and not self.delivered()):
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return WRITTEN
+        if reply.error is not None:
+            self.ex.error_message = (
+                self.ex.error_message or f"upstream cut the reply: {reply.error!r}"
+            )
+            self.abort_client()
+            self.close_reader(reader, time.monotonic())
+            self.finish(Outcome.INCOMPLETE)
+            return WRITTEN
+        at = time.monotonic()
+        if self.chunked:
+            request.transport.write(wire.LAST_CHUNK)
+        self.close_reader(reader, at)
+        self.finish(ollama.outcome_of(self.ex, reader))
+        return WRITTEN
+
+    def write_body(self, client: asyncio.Transport, data: bytes) -> None:
+        frames: tuple[bytes, ...] = (
+            wire.chunk_frames(data) if self.chunked and data else (data,) if data else ()
+        )
+        if not self.head_sent:
+            self.head_sent = True
+            frames = (self.head, *frames)
+        if len(frames) == 1:
+            client.write(frames[0])
+        elif frames:
+            client.writelines(frames)
+
+
+def response_head(
+    status: int, reason: str, headers: CIMultiDictProxy[str], method: str, keep_alive: bool
+) -> tuple[bytes, bool]:
+    """The response head aiohttp's server writes for this upstream reply through the aiohttp
+    relay (`RelayResponse`), and whether the body goes chunked.
+
+    The upstream's headers in their order minus hop-by-hop ones; a body without a length is
+    chunked (the client spoke HTTP/1.1: the front hands older clients to aiohttp); a reply
+    that must be empty keeps no Transfer-Encoding, nor a Content-Length on 1xx/204; and
+    `Connection: close` when the client asked to close. Nothing else is added.
+    """
+    out = downstream_headers(headers)
+    empty = method == "HEAD" or status in (204, 304) or status < 200
+    chunked = False
+    if empty:
+        if status < 200 or status == 204:
+            out.popall(hdrs.CONTENT_LENGTH, None)
+    elif hdrs.CONTENT_LENGTH not in out:
+        out[hdrs.TRANSFER_ENCODING] = "chunked"
+        chunked = True
+    if not keep_alive and hdrs.CONNECTION not in out:
+        out[hdrs.CONNECTION] = "close"
+    lines = [f"HTTP/1.1 {status} {reason}"]
+    lines += [f"{k}: {v}" for k, v in out.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape"), chunked
+
+
+def error_response(resp: web.StreamResponse, keep_alive: bool) -> bytes:
+    """A response the proxy made itself (web.Response: the 5xx of `proxy_error`) as bytes,
+    with the headers aiohttp's server would give it."""
+    body = resp.body if isinstance(resp, web.Response) and isinstance(resp.body, bytes) else b""
+    headers = CIMultiDict(resp.headers)
+    headers[hdrs.CONTENT_LENGTH] = str(len(body))
+    headers.setdefault(hdrs.DATE, email.utils.formatdate(usegmt=True))
+    if not keep_alive:
+        headers[hdrs.CONNECTION] = "close"
+    lines = [f"HTTP/1.1 {resp.status} {resp.reason}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + body
