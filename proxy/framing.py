@@ -18,33 +18,30 @@ class _RawLines:
         self._tail = bytearray()
 
     def feed(self, data: bytes) -> list[bytes]:
-        nl = data.find(b"\n")
-        if nl >= 0 and nl == len(data) - 1 and not self._tail:
-            return [data[:nl]]  # one whole line, the usual piece of a token stream
-        if nl < 0:
-            self._tail += data
-            return []
-        lines = [self._join_tail(data[:nl])]
-        start = nl + 1
-        while (nl := data.find(b"\n", start)) >= 0:
-            lines.append(data[start:nl])
-            start = nl + 1
-        self._tail += memoryview(data)[start:]
+        # One pass in C; a piece without "\n" comes back as `data` itself, not a copy.
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        if self._tail:
+            if not lines:
+                self._tail += rest
+                return lines
+            self._tail += lines[0]
+            lines[0] = self._take()
+        if rest:
+            self._tail += rest
         return lines
 
     def flush(self) -> bytes | None:
         return self._take() if self._tail else None
 
-    def _join_tail(self, head: bytes) -> bytes:
-        if not self._tail:
-            return head
-        self._tail += head
-        return self._take()
-
     def _take(self) -> bytes:
         line = bytes(self._tail)
         self._tail.clear()
         return line
+
+
+_CR = ord("\r")
+"""An int: `_CR in data` is a memchr, many times cheaper than `b"\\r" in data`."""
 
 
 def _chomp(line: bytes) -> bytes:
@@ -64,7 +61,13 @@ class LineSplitter:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The lines completed by `data`; a partial last line is carried to the next call."""
-        return [_chomp(line) for line in self._lines.feed(data)]
+        lines = self._lines.feed(data)
+        if _CR in data:
+            return [_chomp(line) for line in lines]
+        # Without "\r" in `data`, only a first line completing a carried "...\r" ends in one.
+        if lines and lines[0].endswith(b"\r"):
+            lines[0] = lines[0][:-1]
+        return lines
 
     def flush(self) -> bytes | None:
         """The unterminated tail at EOF (a final line without "\\n"), or None if empty."""
@@ -102,7 +105,11 @@ class SseSplitter:
 
     def feed(self, data: bytes) -> list[SseEvent]:
         """The events completed by `data`."""
-        return self._events(self._lines.feed(data))
+        events = []
+        for raw in self._lines.feed(data):
+            if event := self._line(raw, len(raw) + 1):
+                events.append(event)
+        return events
 
     def flush(self) -> list[SseEvent]:
         """At EOF: the event still pending (its blank line missing), if it had data."""
@@ -116,13 +123,6 @@ class SseSplitter:
         self._event: str | None = None
         self._data: list[bytes] | None = None
         self._nbytes = 0
-
-    def _events(self, lines: list[bytes]) -> list[SseEvent]:
-        events = []
-        for raw in lines:
-            if event := self._line(raw, len(raw) + 1):
-                events.append(event)
-        return events
 
     def _line(self, raw: bytes, nbytes: int) -> SseEvent | None:
         self._nbytes += nbytes
@@ -150,4 +150,4 @@ class SseSplitter:
         self._reset()
         if data is None:
             return None
-        return SseEvent(event=event, data=b"\n".join(data), nbytes=nbytes)
+        return SseEvent(event, b"\n".join(data), nbytes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 from aiohttp import web
 from prometheus_client import (
@@ -69,6 +69,8 @@ CTX_CLASSES: Final = ((4096, "le4k"), (16384, "le16k"), (65536, "le64k"))
 
 E, M, S = "endpoint", "model", "stream"
 
+_C = TypeVar("_C")
+
 
 class ModelState(Protocol):
     """What the observer asks of the poller."""
@@ -94,8 +96,47 @@ def _histogram(
     return Histogram(f"{NS}_{name}", doc, labels, buckets=buckets, registry=r)
 
 
+class Children(dict[tuple[str, ...], _C]):
+    """A labelled family's children by label values: made by `.labels()` on the first lookup
+    of a label set, one dict lookup after that.
+
+    `.labels()` checks and stringifies the values, takes the family's lock and looks the child
+    up, about 0.6 µs, and an exchange needs some twenty children. Keeping them is safe because
+    no request family ever loses a child (only the poller's gauges are `.remove()`d), and the
+    dict is bounded as the labels are: endpoints are fixed templates, ModelLabels caps the
+    models, the other labels are closed sets.
+    """
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[..., _C]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, values: tuple[str, ...]) -> _C:
+        child = self[values] = self.make(*values)
+        return child
+
+
+def _counters(
+    r: CollectorRegistry, name: str, doc: str, labels: Sequence[str]
+) -> Children[Counter]:
+    return Children(_counter(r, name, doc, labels).labels)
+
+
+def _gauges(r: CollectorRegistry, name: str, doc: str, labels: Sequence[str]) -> Children[Gauge]:
+    return Children(_gauge(r, name, doc, labels).labels)
+
+
+def _histograms(
+    r: CollectorRegistry, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
+) -> Children[Histogram]:
+    return Children(_histogram(r, name, doc, labels, buckets).labels)
+
+
 class RequestMetrics:
-    """The per-request families, the build info and the standard collectors on one registry."""
+    """The per-request families (as `Children`), the build info and the standard collectors
+    on one registry."""
 
     def __init__(self, r: CollectorRegistry) -> None:
         ProcessCollector(registry=r)
@@ -104,27 +145,27 @@ class RequestMetrics:
         _gauge(r, "build_info", "Build of ollama-tap (=1).", ["version", "python_version"]).labels(
             _version(), platform.python_version()
         ).set(1)
-        self.requests = _counter(
+        self.requests = _counters(
             r, "requests_total", "Exchanges, by the status the client got.", [E, M, "status"]
         )
-        self.errors = _counter(
+        self.errors = _counters(
             r, "request_errors_total", "Exchanges by outcome other than ok.", [E, M, "kind"]
         )
-        self.in_flight = _gauge(r, "requests_in_flight", "Exchanges from request to end.", [E, M])
-        self.responses = _counter(
+        self.in_flight = _gauges(r, "requests_in_flight", "Exchanges from request to end.", [E, M])
+        self.responses = _counters(
             r, "responses_total", "Replies carrying a done_reason.", [E, M, "done_reason"]
         )
-        self.duration = _histogram(
+        self.duration = _histograms(
             r, "request_duration_seconds", "Request head to last byte.", [E, M, S], DURATION_BUCKETS
         )
-        self.ttft = _histogram(
+        self.ttft = _histograms(
             r,
             "time_to_first_token_seconds",
             "Request head to first output.",
             [E, M],
             LATENCY_BUCKETS,
         )
-        self.ttfc = _histogram(
+        self.ttfc = _histograms(
             r,
             "time_to_first_content_seconds",
             "Request head to first non-thinking output.",
@@ -138,79 +179,79 @@ class RequestMetrics:
             [E, M],
             INTER_TOKEN_BUCKETS,
         )
-        self.output_rate = _histogram(
+        self.output_rate = _histograms(
             r,
             "observed_output_rate",
             "Output events per second as relayed (streams).",
             [E, M],
             RATE_BUCKETS,
         )
-        self.load = _histogram(
+        self.load = _histograms(
             r, "load_duration_seconds", "Ollama's load_duration.", [E, M, S], DURATION_BUCKETS
         )
-        self.queue = _histogram(
+        self.queue = _histograms(
             r,
             "queue_wait_seconds",
             "total - load - prompt_eval - eval, clamped at 0.",
             [E, M, S],
             LATENCY_BUCKETS,
         )
-        self.prompt_eval = _histogram(
+        self.prompt_eval = _histograms(
             r,
             "prompt_eval_duration_seconds",
             "Ollama's prompt_eval_duration (prefill).",
             [E, M, S],
             LATENCY_BUCKETS,
         )
-        self.eval = _histogram(
+        self.eval = _histograms(
             r,
             "eval_duration_seconds",
             "Ollama's eval_duration (decode).",
             [E, M, S],
             DURATION_BUCKETS,
         )
-        self.decode_rate = _histogram(
+        self.decode_rate = _histograms(
             r, "decode_tokens_per_second", "eval_count / eval_duration.", [E, M], RATE_BUCKETS
         )
-        self.prefill_rate = _histogram(
+        self.prefill_rate = _histograms(
             r,
             "prefill_tokens_per_second",
             "Uncached prompt tokens / prompt_eval_duration.",
             [E, M],
             RATE_BUCKETS,
         )
-        self.decode_tokens = _counter(
+        self.decode_tokens = _counters(
             r, "decode_tokens_total", "eval_count (rate pair).", [M, "ctx"]
         )
-        self.decode_seconds = _counter(
+        self.decode_seconds = _counters(
             r, "decode_seconds_total", "eval_duration (rate pair).", [M, "ctx"]
         )
-        self.prefill_tokens = _counter(
+        self.prefill_tokens = _counters(
             r, "prefill_tokens_total", "Uncached prompt tokens (rate pair).", [M]
         )
-        self.prefill_seconds = _counter(
+        self.prefill_seconds = _counters(
             r, "prefill_seconds_total", "prompt_eval_duration (rate pair).", [M]
         )
-        self.prompt_tokens = _counter(
+        self.prompt_tokens = _counters(
             r, "prompt_tokens_total", "Prompt tokens, every source.", [E, M]
         )
-        self.cached_tokens = _counter(
+        self.cached_tokens = _counters(
             r, "prompt_cached_tokens_total", "Prompt tokens served from the cache.", [E, M]
         )
-        self.generation_tokens = _counter(
+        self.generation_tokens = _counters(
             r, "generation_tokens_total", "Generated tokens, every source.", [E, M]
         )
-        self.context_tokens = _histogram(
+        self.context_tokens = _histograms(
             r, "context_tokens", "prompt_eval_count + eval_count.", [E, M], CONTEXT_TOKEN_BUCKETS
         )
-        self.utilization = _histogram(
+        self.utilization = _histograms(
             r,
             "context_utilization_ratio",
             "Context tokens / runtime num_ctx.",
             [E, M],
             UTILIZATION_BUCKETS,
         )
-        self.cold_starts = _counter(r, "cold_starts_total", "Replies whose load took > 1 s.", [M])
+        self.cold_starts = _counters(r, "cold_starts_total", "Replies whose load took > 1 s.", [M])
 
 
 class UpstreamMetrics:
@@ -296,19 +337,22 @@ class MetricsObserver:
 
     def request(self, ex: Exchange) -> None:
         model = self.labels.label(ex.model)
-        gauge = self.m.in_flight.labels(ex.endpoint, model)
+        gauge = self.m.in_flight[ex.endpoint, model]
         gauge.inc()
         ex.metadata[NAME] = _State(model, gauge)
 
     def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
+        # Runs once per relayed token: one dict lookup, then one bisect from the second chunk.
         state: _State | None = ex.metadata.get(NAME)
         if state is None:
             return
-        if state.last_at is not None:
-            if state.gaps is None:
-                state.gaps = self.m.inter_token.labels(ex.endpoint, state.model)
-            state.gaps.observe(piece.at - state.last_at)
-        state.last_at = piece.at
+        last, state.last_at = state.last_at, piece.at
+        if last is None:
+            return
+        if state.gaps is None:
+            # Made at the first gap, not at `request`: a one-chunk reply adds no series.
+            state.gaps = self.m.inter_token.labels(ex.endpoint, state.model)
+        state.gaps.observe(piece.at - last)
 
     def response(self, ex: Exchange) -> None:
         self._end(ex)
@@ -321,76 +365,77 @@ class MetricsObserver:
         if state is not None:
             state.in_flight.dec()
         endpoint, model = ex.endpoint, self.labels.label(ex.model)
-        self.m.requests.labels(endpoint, model, status_label(ex)).inc()
+        self.m.requests[endpoint, model, status_label(ex)].inc()
         if ex.outcome is not None and ex.outcome is not Outcome.OK:
-            self.m.errors.labels(endpoint, model, ex.outcome.value).inc()
+            self.m.errors[endpoint, model, ex.outcome.value].inc()
         if ex.done_reason is not None:
             reason = ex.done_reason if ex.done_reason in DONE_REASONS else "other"
-            self.m.responses.labels(endpoint, model, reason).inc()
+            self.m.responses[endpoint, model, reason].inc()
         if endpoint not in MEASURED_ENDPOINTS or ex.done_reason in LOAD_REASONS:
             return
         self._latency(ex, endpoint, model)
-        if ex.usage is not None:
-            self._tokens(ex.usage, endpoint, model)
-            if ex.usage.has_timings:
-                self._phases(ex, ex.usage, endpoint, model)
-            if ex.usage.has_timings and endpoint in NATIVE_GENERATION:
-                self._rates(ex.usage, endpoint, model)
-                self._context(ex, ex.usage, endpoint, model)
+        if (usage := ex.usage) is None:
+            return
+        self._tokens(usage, endpoint, model)
+        if usage.has_timings:
+            self._phases(ex, usage, endpoint, model)
+            if endpoint in NATIVE_GENERATION:
+                self._rates(usage, endpoint, model)
+                self._context(ex, usage, endpoint, model)
 
     def _latency(self, ex: Exchange, endpoint: str, model: str) -> None:
-        if ex.duration is not None:
-            self.m.duration.labels(endpoint, model, _stream(ex)).observe(ex.duration)
+        if (duration := ex.duration) is not None:
+            self.m.duration[endpoint, model, _stream(ex)].observe(duration)
         if not ex.streamed:
             return
-        if ex.ttft is not None:
-            self.m.ttft.labels(endpoint, model).observe(ex.ttft)
-        if ex.ttfc is not None:
-            self.m.ttfc.labels(endpoint, model).observe(ex.ttfc)
+        if (ttft := ex.ttft) is not None:
+            self.m.ttft[endpoint, model].observe(ttft)
+        if (ttfc := ex.ttfc) is not None:
+            self.m.ttfc[endpoint, model].observe(ttfc)
         if (rate := ex.output_rate) is not None:
-            self.m.output_rate.labels(endpoint, model).observe(rate)
+            self.m.output_rate[endpoint, model].observe(rate)
 
     def _tokens(self, usage: Usage, endpoint: str, model: str) -> None:
-        self.m.prompt_tokens.labels(endpoint, model).inc(usage.prompt_eval_count)
-        self.m.generation_tokens.labels(endpoint, model).inc(usage.eval_count)
+        self.m.prompt_tokens[endpoint, model].inc(usage.prompt_eval_count)
+        self.m.generation_tokens[endpoint, model].inc(usage.eval_count)
         if usage.prompt_eval_cached_count is not None:
-            self.m.cached_tokens.labels(endpoint, model).inc(usage.prompt_eval_cached_count)
+            self.m.cached_tokens[endpoint, model].inc(usage.prompt_eval_cached_count)
 
     def _phases(self, ex: Exchange, usage: Usage, endpoint: str, model: str) -> None:
         labels = (endpoint, model, _stream(ex))
-        self.m.load.labels(*labels).observe(usage.load_duration / 1e9)
+        self.m.load[labels].observe(usage.load_duration / 1e9)
         if usage.load_duration > COLD_START_NS:
-            self.m.cold_starts.labels(model).inc()
+            self.m.cold_starts[(model,)].inc()
             if self.models is not None:
                 self.models.poke_ps()
         if endpoint not in NATIVE_GENERATION:
             return
-        self.m.queue.labels(*labels).observe(usage.queue_wait_ns / 1e9)
-        self.m.prompt_eval.labels(*labels).observe(usage.prompt_eval_duration / 1e9)
-        self.m.eval.labels(*labels).observe(usage.eval_duration / 1e9)
+        self.m.queue[labels].observe(usage.queue_wait_ns / 1e9)
+        self.m.prompt_eval[labels].observe(usage.prompt_eval_duration / 1e9)
+        self.m.eval[labels].observe(usage.eval_duration / 1e9)
 
     def _rates(self, usage: Usage, endpoint: str, model: str) -> None:
         if usage.eval_count > 0 and usage.eval_duration > 0:
-            ctx = ctx_class(usage.context_size)
-            self.m.decode_tokens.labels(model, ctx).inc(usage.eval_count)
-            self.m.decode_seconds.labels(model, ctx).inc(usage.eval_duration / 1e9)
+            labels = (model, ctx_class(usage.context_size))
+            self.m.decode_tokens[labels].inc(usage.eval_count)
+            self.m.decode_seconds[labels].inc(usage.eval_duration / 1e9)
         if (decode := usage.decode_rate) is not None:
-            self.m.decode_rate.labels(endpoint, model).observe(decode)
+            self.m.decode_rate[endpoint, model].observe(decode)
         if (prefill := usage.prefill_rate) is not None and usage.prefill_tokens is not None:
-            self.m.prefill_rate.labels(endpoint, model).observe(prefill)
-            self.m.prefill_tokens.labels(model).inc(usage.prefill_tokens)
-            self.m.prefill_seconds.labels(model).inc(usage.prompt_eval_duration / 1e9)
+            self.m.prefill_rate[endpoint, model].observe(prefill)
+            self.m.prefill_tokens[(model,)].inc(usage.prefill_tokens)
+            self.m.prefill_seconds[(model,)].inc(usage.prompt_eval_duration / 1e9)
 
     def _context(self, ex: Exchange, usage: Usage, endpoint: str, model: str) -> None:
         size = usage.context_size
         if size <= 0:
             return
-        self.m.context_tokens.labels(endpoint, model).observe(size)
+        self.m.context_tokens[endpoint, model].observe(size)
         num_ctx = _num_ctx(ex)
         if num_ctx is None and self.models is not None:
             num_ctx = self.models.context_length(ex.model)
         if num_ctx:
-            self.m.utilization.labels(endpoint, model).observe(size / num_ctx)
+            self.m.utilization[endpoint, model].observe(size / num_ctx)
 
 
 def _stream(ex: Exchange) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from typing import Final
 
 DEFAULT_HOST: Final = "registry.ollama.ai"
@@ -69,13 +70,30 @@ def is_valid_name(name: str) -> bool:
     )
 
 
+_CACHED_LENGTH: Final = 1024
+"""Longer `model` values (a pasted prompt, say) are checked each time, never kept."""
+
+
+@lru_cache(maxsize=1024)
+def _valid_key(name: str) -> tuple[str, str] | None:
+    # Every request asks this of its `model` (labels, logs, records); clients send the same
+    # few names, so the regexes run once per name rather than several times per request.
+    return (model_key(name), canonical_model(name)) if is_valid_name(name) else None
+
+
+def valid_key(name: str) -> tuple[str, str] | None:
+    """(model_key, canonical name) when Ollama would accept `name`, else None."""
+    return _valid_key(name) if len(name) <= _CACHED_LENGTH else _valid_key.__wrapped__(name)
+
+
 def recordable(name: str | None) -> str | None:
     """The name as logs and records keep it: canonical when Ollama would accept it, else
     `other` — a prompt pasted into `model` must not land in a log line or a metadata-mode
     record, which promise no text."""
     if not name:
         return None
-    return canonical_model(name) if is_valid_name(name) else OTHER
+    valid = valid_key(name)
+    return OTHER if valid is None else valid[1]
 
 
 class ModelLabels:
@@ -126,17 +144,18 @@ class ModelLabels:
         """The label value for a request's `model` field (any JSON value)."""
         if not isinstance(name, str) or not name:
             return NO_MODEL
-        if not is_valid_name(name):
+        valid = valid_key(name)
+        if valid is None:
             return OTHER
-        key = model_key(name)
+        key, canonical = valid
         known = self._known.get(key) or self._extras.get(key)
         if known is not None:
             return known
         self._ask_refresh()
         if len(self._extras) >= self.cap:
             return OTHER
-        self._extras[key] = canonical_model(name)
-        return self._extras[key]
+        self._extras[key] = canonical
+        return canonical
 
     def _ask_refresh(self) -> None:
         now = self._clock()

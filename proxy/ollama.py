@@ -7,6 +7,8 @@ from typing import Any, Final, Literal, Protocol
 from urllib.parse import unquote
 
 import orjson
+from orjson import JSONDecodeError
+from orjson import loads as _loads
 
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
 from proxy.framing import LineSplitter, SseEvent, SseSplitter
@@ -224,13 +226,11 @@ def reader_for(ex: Exchange, reply_limit: int) -> Reader | None:
 
 
 def _load_object(data: bytes | bytearray) -> dict[str, Any] | None:
-    if not data:
-        return None
     try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        obj = _loads(data)
+    except JSONDecodeError:  # empty data too
         return None
-    return obj if isinstance(obj, dict) else None
+    return obj if type(obj) is dict else None  # orjson makes no dict subclasses
 
 
 def _str(value: Any) -> str | None:
@@ -272,6 +272,7 @@ def _error_text(obj: dict[str, Any]) -> str | None:
 # --- What a payload means.
 
 _Pieces = list[tuple[OutputKind, str]]
+_CONTENT: Final = OutputKind.CONTENT
 _NATIVE_DURATIONS: Final = (
     "total_duration",
     "load_duration",
@@ -293,7 +294,7 @@ def _pieces(thinking: Any, content: Any, tool_calls: Any) -> _Pieces:
 
 
 def _chunks(pieces: _Pieces, at: float, nbytes: int) -> list[OutputChunk]:
-    return [OutputChunk(at=at, kind=kind, text=text, nbytes=nbytes) for kind, text in pieces]
+    return [OutputChunk(at, kind, text, nbytes) for kind, text in pieces]
 
 
 def _native_pieces(obj: dict[str, Any]) -> _Pieces:
@@ -463,40 +464,47 @@ class _NdjsonReader(_Reader):
         return out
 
 
-def _plain_token(obj: dict[str, Any]) -> bool:
-    """An intermediate native line with at most a content piece: no error, thinking, tool
-    calls or stats — the line nearly every token of a native stream is."""
-    if obj.get("done") is not False or "error" in obj or "thinking" in obj or "tool_calls" in obj:
-        return False
-    message = obj.get("message")
-    return message is None or (
-        type(message) is dict and "thinking" not in message and "tool_calls" not in message
-    )
-
-
 class _NativeStreamReader(_NdjsonReader):
     """/api/generate and /api/chat streams: output on any line, stats on the done:true line.
 
     This is the proxy's hottest path (one call per token of every native stream), so the
-    common line — one text piece, no error, not final — is handled inline: the generic
-    path costs several microseconds more per token in function calls alone.
+    common line — one text piece, no error, thinking, tool calls or stats, not final — is
+    read inline, `_load_object` included: the generic path costs several microseconds more
+    per token in function calls alone.
     """
 
     def _read(self, lines: list[bytes], at: float) -> list[OutputChunk]:
         out: list[OutputChunk] = []
+        ex = self.ex
         for line in lines:
-            obj = _load_object(line)
-            if obj is None:
-                continue
-            if not _plain_token(obj):
-                out += self._payload(obj, "", at, len(line) + 1)
+            try:
+                obj = _loads(line)
+            except JSONDecodeError:
+                continue  # empty lines too
+            if type(obj) is not dict:
                 continue
             message = obj.get("message")
-            text = message.get("content") if message is not None else obj.get("response")
+            if (  # not a plain token line: read it the generic way
+                obj.get("done") is not False
+                or "error" in obj
+                or "thinking" in obj
+                or "tool_calls" in obj
+                or (
+                    message is not None
+                    and (
+                        type(message) is not dict
+                        or "thinking" in message
+                        or "tool_calls" in message
+                    )
+                )
+            ):
+                out += self._payload(obj, "", at, len(line) + 1)
+                continue
+            text = obj.get("response") if message is None else message.get("content")
             if text and type(text) is str:
-                out.append(OutputChunk(at, OutputKind.CONTENT, text, len(line) + 1))
-                if self.ex.first_created_at is None:
-                    self.ex.first_created_at = _str(obj.get("created_at"))
+                out.append(OutputChunk(at, _CONTENT, text, len(line) + 1))
+                if ex.first_created_at is None:
+                    ex.first_created_at = _str(obj.get("created_at"))
         return out
 
     def _meaning(self, obj: dict[str, Any], name: str, at: float, nbytes: int) -> list[OutputChunk]:

@@ -54,6 +54,12 @@ def test_crlf_split_between_cr_and_lf() -> None:
     assert split_lines([b'{"a":1}\r', b'\n{"b":2}\r', b"\n"]) == [b'{"a":1}', b'{"b":2}']
 
 
+def test_only_the_cr_before_the_newline_is_dropped_wherever_pieces_end() -> None:
+    stream = b"a\r\r\n\r\nb\rc\r\n"
+    for cut in range(len(stream) + 1):
+        assert split_lines([stream[:cut], stream[cut:]]) == [b"a\r", b"", b"b\rc"]
+
+
 def test_multibyte_utf8_split_inside_a_character() -> None:
     data = '{"response":"日本語 🦙"}\n'.encode()
     for cut in range(1, len(data)):

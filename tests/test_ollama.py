@@ -314,6 +314,38 @@ def test_final_line_without_newline_at_eof() -> None:
     assert reader.complete
 
 
+def test_crlf_stream_in_any_pieces_reads_as_its_lf_form() -> None:
+    # nbytes is the line without its "\r\n" plus one, as for an LF line.
+    lf = ndjson(F1, F2)
+    crlf = lf.replace(b"\n", b"\r\n")
+    expected = [(c.kind, c.text, c.nbytes) for c in read(make_exchange("/api/generate"), [lf])[1]]
+    for cut in range(len(crlf) + 1):
+        ex = make_exchange("/api/generate")
+        reader, out = read(ex, [crlf[:cut], crlf[cut:]])
+        assert [(c.kind, c.text, c.nbytes) for c in out] == expected
+        assert reader.complete
+        assert ex.first_created_at == "2023-08-04T08:52:19.385406455-07:00"
+
+
+def test_lines_that_only_look_like_plain_tokens_take_the_full_path() -> None:
+    stream = (
+        b"\n"
+        b'[{"response":"list","done":false}]\n'
+        b'{"response":"bad json",\n'
+        b'{"created_at":"t1","message":"not an object","response":"r","done":false}\n'
+        b'{"created_at":"t2","response":"d","done":0}\n'
+        b'{"created_at":"t3","response":"","done":false}\n'
+        b'{"response":"e","done":false,"error":"stopped"}\n'
+    )
+    ex = make_exchange("/api/generate")
+    reader, out = read(ex, [stream])
+    assert pieces(out) == [(C, "r"), (C, "d")]
+    assert ex.first_created_at == "t1"
+    assert reader.errored
+    assert ex.error_message == "stopped"
+    assert not reader.complete
+
+
 def test_progress_stream_completes_on_success_without_output() -> None:
     ex = make_exchange("/api/create")
     reader, out = read(ex, [F10])

@@ -159,12 +159,13 @@ class FrontConnection(asyncio.Protocol):
         self.ended_in_read = False
         try:
             self.parser.feed_data(data)
-        except _HandOff:
-            if self.task is None:
+        except (_HandOff, httptools.HttpParserError) as exc:
+            # httptools re-raises a callback's exception as it is, or wrapped in
+            # HttpParserCallbackError: `pending` tells a hand-off from bad bytes.
+            if self.pending is None:
+                self.unparseable(exc)
+            elif self.task is None:
                 self.next(keep=True)
-            return
-        except httptools.HttpParserError as exc:
-            self.unparseable(exc)
             return
         if not self.in_message:
             self._reset_raw()

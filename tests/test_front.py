@@ -1,0 +1,224 @@
+"""The front (relay = "fast"): the listening socket's own HTTP/1.1 server.
+
+What it must keep from aiohttp's server, byte for byte where it matters: response heads,
+keep-alive, pipelining, hand-offs to aiohttp at request boundaries (/_tap, the metrics path,
+HTTP/1.0, Expect, garbage), and exchanges ended by the client's disconnect. Raw sockets are
+used so that what is on the wire is what is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import orjson
+import pytest
+
+from proxy.exchange import Exchange, Outcome
+from proxy.fastrelay.front import FrontConnection
+from tests.conftest import MakeProxy, Proxy
+from tests.fake_ollama import FakeOllama, Script
+from tests.serve_process import ADMIN_TOKEN
+
+GENERATE = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
+
+
+class Ends:
+    """An observer that keeps every ended exchange."""
+
+    name = "ends"
+
+    def __init__(self) -> None:
+        self.ended: list[Exchange] = []
+
+    def response(self, ex: Exchange) -> None:
+        self.ended.append(ex)
+
+    def error(self, ex: Exchange) -> None:
+        self.ended.append(ex)
+
+
+def post(path: str, body: bytes, *extra: str) -> bytes:
+    head = [f"POST {path} HTTP/1.1", "Host: localhost:11435", f"Content-Length: {len(body)}"]
+    return ("\r\n".join([*head, *extra]) + "\r\n\r\n").encode() + body
+
+
+def get(path: str, *extra: str, version: str = "1.1") -> bytes:
+    head = [f"GET {path} HTTP/{version}", "Host: localhost:11435", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes]:
+    """One HTTP/1.1 response off the socket: status line, headers, de-chunked body."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode()
+    while head.startswith("HTTP/1.1 1"):  # 100 Continue: the answer follows
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+    status, *lines = head.strip("\r\n").split("\r\n")
+    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines)}
+    if "content-length" in headers:
+        body = await reader.readexactly(int(headers["content-length"]))
+    elif headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+            body += await reader.readexactly(size + 2)
+            body = body[:-2]
+            if size == 0:
+                break
+    else:
+        body = await reader.read()
+    return status, headers, body
+
+
+async def connect(proxy: Proxy) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(proxy.host, proxy.port)
+
+
+def connections(proxy: Proxy) -> set[FrontConnection]:
+    from proxy.app import FRONT
+
+    return proxy.app[FRONT].connections
+
+
+async def test_keep_alive_then_hand_off_at_a_request_boundary(proxy_factory: MakeProxy) -> None:
+    proxy = await proxy_factory(relay="fast")
+    reader, writer = await connect(proxy)
+    writer.write(post("/api/generate", GENERATE))
+    status, headers, body = await read_response(reader)
+    assert status == "HTTP/1.1 200 OK"
+    assert headers["transfer-encoding"] == "chunked"
+    assert body.count(b"\n") == 6 and b'"done":true' in body
+    assert len(connections(proxy)) == 1  # served by the front
+    writer.write(post("/api/generate", GENERATE))  # the same connection, kept alive
+    assert (await read_response(reader))[0] == "HTTP/1.1 200 OK"
+    writer.write(get("/_tap/healthz"))  # aiohttp's route: the connection is handed over
+    status, headers, body = await read_response(reader)
+    assert status == "HTTP/1.1 200 OK" and orjson.loads(body) == {"upstream": "up"}
+    assert connections(proxy) == set()
+    writer.write(get("/api/tags"))  # aiohttp's relay serves the rest of this connection
+    status, _, body = await read_response(reader)
+    assert status == "HTTP/1.1 200 OK" and "models" in orjson.loads(body)
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "body_has"),
+    [
+        (get("/metrics"), "200", b"ollama_tap_requests_in_flight"),
+        (get("/_tap/api/records", f"Authorization: Bearer {ADMIN_TOKEN}"), "200", b'"records"'),
+        (get("/_tap/api/records"), "401", b"token"),
+        (get("/api/tags", version="1.0"), "200", b'"models"'),
+        (post("/api/generate", GENERATE, "Expect: 100-continue"), "200", b'"done":true'),
+        (get("/api/tags").replace(b"localhost:11435", b"evil.example"), "403", b""),
+    ],
+    ids=["metrics", "tap-api", "tap-unauthorized", "http10", "expect", "rebinding"],
+)
+async def test_what_aiohttp_answers(
+    proxy_factory: MakeProxy, request_bytes: bytes, status: str, body_has: bytes
+) -> None:
+    proxy = await proxy_factory(relay="fast")
+    reader, writer = await connect(proxy)
+    writer.write(request_bytes)
+    line, _, body = await read_response(reader)
+    assert line.split()[1] == status
+    assert body_has in body
+    assert connections(proxy) == set()  # the connection is aiohttp's now
+    writer.close()
+
+
+async def test_pipelined_requests_are_answered_in_order(proxy_factory: MakeProxy) -> None:
+    proxy = await proxy_factory(relay="fast")
+    reader, writer = await connect(proxy)
+    first = orjson.dumps({"model": "llama3.2", "prompt": "one"})
+    writer.write(post("/api/generate", first) + get("/api/tags") + get("/api/version"))
+    results = [await read_response(reader) for _ in range(3)]
+    assert [r[0] for r in results] == ["HTTP/1.1 200 OK"] * 3
+    assert b'"done":true' in results[0][2]
+    assert "models" in orjson.loads(results[1][2])
+    assert "version" in orjson.loads(results[2][2])
+    writer.close()
+
+
+async def test_pipelined_request_for_aiohttp_is_refused_clearly(proxy_factory: MakeProxy) -> None:
+    proxy = await proxy_factory(relay="fast")
+    reader, writer = await connect(proxy)
+    writer.write(get("/api/tags") + get("/_tap/healthz"))
+    assert (await read_response(reader))[0] == "HTTP/1.1 200 OK"
+    status, headers, body = await read_response(reader)
+    assert status == "HTTP/1.1 400 Bad Request"
+    assert headers["connection"] == "close"
+    assert "pipelined" in orjson.loads(body)["error"]
+    assert await reader.read() == b""  # and the connection is closed
+    writer.close()
+
+
+async def test_response_heads_match_the_aiohttp_relay(proxy_factory: MakeProxy) -> None:
+    """The front writes heads itself; aiohttp's server is the reference for what a relay
+    of the same reply looks like (minus the clock)."""
+    cases = [
+        post("/api/generate", GENERATE),
+        post("/api/generate", orjson.dumps({"model": "llama3.2", "prompt": "x", "stream": False})),
+        get("/api/tags"),
+        get("/api/tags", "Connection: close"),
+        b"HEAD / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        get("/nope"),
+    ]
+    heads: dict[str, list[str]] = {}
+    for relay in ("aiohttp", "fast"):
+        proxy = await proxy_factory(relay=relay)
+        heads[relay] = []
+        for case in cases:
+            reader, writer = await connect(proxy)
+            writer.write(case)
+            head = (await reader.readuntil(b"\r\n\r\n")).decode()
+            # The clock, and lengths that vary with the fake's measured durations.
+            head = re.sub(r"(?m)^Date: .*$", "Date: -", head)
+            heads[relay].append(re.sub(r"(?m)^Content-Length: \d+", "Content-Length: n", head))
+            writer.close()
+    assert heads["fast"] == heads["aiohttp"]
+
+
+async def test_client_leaving_during_prefill_cancels_the_exchange(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    """Nothing has been written yet when the client goes: the front still notices at once
+    and the upstream connection is closed (Ollama stops), as aiohttp's handler cancellation
+    does."""
+    ends = Ends()
+    proxy = await proxy_factory(relay="fast", observers=(ends,))
+    fake_ollama.script = Script(prefill_delay=5.0)
+    _, writer = await connect(proxy)
+    writer.write(post("/api/generate", GENERATE))
+    await asyncio.sleep(0.3)
+    writer.close()
+    for _ in range(100):
+        if ends.ended:
+            break
+        await asyncio.sleep(0.02)
+    assert [ex.outcome for ex in ends.ended] == [Outcome.CLIENT_DISCONNECTED]
+
+
+async def test_chunked_upload_and_early_answer_keep_the_connection(
+    proxy_factory: MakeProxy,
+) -> None:
+    proxy = await proxy_factory(relay="fast")
+    reader, writer = await connect(proxy)
+    body = (
+        b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in (GENERATE[:5], GENERATE[5:])) + b"0\r\n\r\n"
+    )
+    head = b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+    writer.write(head + body)
+    status, _, reply = await read_response(reader)
+    assert status == "HTTP/1.1 200 OK" and b'"done":true' in reply
+    writer.write(get("/api/version"))
+    assert (await read_response(reader))[0] == "HTTP/1.1 200 OK"
+    writer.close()
+
+
+async def test_garbage_goes_to_aiohttp_which_answers_400(proxy_factory: MakeProxy) -> None:
+    proxy = await proxy_factory(relay="fast")
+    reader, writer = await connect(proxy)
+    writer.write(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03 not http\r\n\r\n")
+    status, _, _ = await read_response(reader)
+    assert status.split()[1] == "400"
+    writer.close()
