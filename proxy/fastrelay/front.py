@@ -162,7 +162,7 @@ class FrontConnection(asyncio.Protocol):
         except (_HandOff, httptools.HttpParserError) as exc:
             # httptools re-raises a callback's exception as it is, or wrapped in
             # HttpParserCallbackError: `pending` tells a hand-off from bad bytes.
-            if self.pending is None:
+            if not self.handing_off():
                 self.unparseable(exc)
             elif self.task is None:
                 self.next(keep=True)
@@ -247,6 +247,10 @@ class FrontConnection(asyncio.Protocol):
         self.ended_in_read = True
 
     # -- exchanges ----------------------------------------------------------------------
+
+    def handing_off(self) -> bool:
+        """Whether a request was found to be aiohttp's (set inside the parser's callback)."""
+        return self.pending is not None
 
     def start(self, request: FrontRequest) -> None:
         self._disarm_idle()
