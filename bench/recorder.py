@@ -1,11 +1,12 @@
-"""Recorder on vs off at a paced rate: drops, on-loop hook cost and what it adds to TTFT.
+"""Recorder on vs off at a paced rate: drops, hook cost, CPU, and what it adds to TTFT.
 
 Drives the Recorder's hooks directly (as the forwarder does) at RATE exchanges per second,
 each a native chat with a request body and CHUNKS output pieces, with the writer thread
 storing to a temporary SQLite file. Reported per mode: exchanges dropped, the p50/p99 time
-spent in the hooks per exchange, and the p50 of the time spent before the first token's
+spent in the hooks per exchange, the p50 of the time spent before the first token's
 bytes could be written (the request hook) plus the first chunk hook — the recorder's share
-of the client's time to first token.
+of the client's time to first token — and the process CPU (all threads, the writer's
+included) per exchange; the difference to ``off`` is what recording costs.
 
     .venv/bin/python -m bench.recorder [--rate 2000] [--seconds 5] [--chunks 20]
 """
@@ -72,7 +73,7 @@ async def run(mode: str, rate: int, seconds: float, chunks: int) -> dict[str, fl
         rec = Recorder(settings, registry)
         await rec.start()
         firsts, totals, depth = [], [], 0.0
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for n in range(int(rate * seconds)):
             # Pace to the target rate, yielding to the loop as a real server would.
             delay = start + n / rate - time.perf_counter()
@@ -84,6 +85,7 @@ async def run(mode: str, rate: int, seconds: float, chunks: int) -> dict[str, fl
             depth = max(depth, registry.get_sample_value("ollama_tap_recorder_queue_depth") or 0)
         elapsed = time.perf_counter() - start
         await rec.stop()
+        cpu = time.process_time() - cpu
         page, _ = await asyncio.to_thread(rec.store.page, Filters(), 1)
         dropped = registry.get_sample_value("ollama_tap_records_dropped_total") or 0
         size = db.stat().st_size if db.exists() else 0
@@ -95,6 +97,7 @@ async def run(mode: str, rate: int, seconds: float, chunks: int) -> dict[str, fl
         "hook_us_p50": q[49] * 1e6,
         "hook_us_p99": q[98] * 1e6,
         "ttft_added_us_p50": statistics.median(firsts) * 1e6,
+        "cpu_us_per_exchange": cpu / len(totals) * 1e6,
         "db_bytes": size,
         "recorded": float(bool(page)),
     }
@@ -114,6 +117,12 @@ def main() -> None:
         print(mode.ljust(9), "  ".join(f"{k}={v:,.1f}" for k, v in r.items()))
     added = results["full"]["ttft_added_us_p50"] - results["off"]["ttft_added_us_p50"]
     print(f"added TTFT p50 (full - off): {added:.1f} µs (target ≤ 200 µs)")
+    for mode in ("full", "metadata"):
+        cpu = results[mode]["cpu_us_per_exchange"] - results["off"]["cpu_us_per_exchange"]
+        print(
+            f"recording CPU ({mode} - off): {cpu:.1f} µs per exchange,"
+            f" {cpu / args.chunks:.2f} µs per chunk at {args.chunks} chunks"
+        )
 
 
 if __name__ == "__main__":

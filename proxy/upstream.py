@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config import Settings
 from proxy.metrics import UpstreamMetrics
-from proxy.names import ModelLabels, is_valid_name, model_key
+from proxy.names import ModelLabels, is_valid_name, model_key, valid_key
 
 POLL_TIMEOUT: Final = aiohttp.ClientTimeout(total=10, sock_connect=3)
 """Polls, not proxied traffic: a slow answer is a failed poll, retried next interval."""
@@ -113,9 +113,10 @@ class UpstreamPoller:
 
     def digest_of(self, model: str | None) -> str | None:
         """The digest of the model a name stands for now (per /api/tags, else /api/ps)."""
-        if not isinstance(model, str) or not is_valid_name(model):
+        valid = valid_key(model) if isinstance(model, str) else None
+        if valid is None:
             return None
-        local = self._tags.get(model_key(model))
+        local = self._tags.get(valid[0])
         if local is not None and local.digest:
             return local.digest
         entry = self._loaded_entry(model)
@@ -238,9 +239,10 @@ class UpstreamPoller:
         self._info[key] = labels
 
     def _loaded_entry(self, model: str | None) -> LoadedModel | None:
-        if not isinstance(model, str) or not is_valid_name(model) or self._loaded is None:
+        valid = valid_key(model) if isinstance(model, str) else None
+        if valid is None or self._loaded is None:
             return None
-        return self._loaded.get(model_key(model))
+        return self._loaded.get(valid[0])
 
     def _set_up(self, up: bool, detail: str) -> None:
         self.m.up.set(1 if up else 0)

@@ -83,8 +83,8 @@ class Recorder:
 
     def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
         cap = ex.metadata.get(_KEY)
-        if cap is not None and cap.timeline is not None:
-            cap.timeline.add(piece.at - ex.started, piece)
+        if cap is not None and (timeline := cap.timeline) is not None:
+            timeline.add(piece.at - ex.started, piece)
 
     def response(self, ex: Exchange) -> None:
         if self.writer is None:

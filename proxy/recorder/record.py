@@ -113,7 +113,9 @@ def _request_body(ex: Exchange, scrubbed: Any) -> dict[str, Any] | None:
 def _reply(ex: Exchange) -> dict[str, Any] | None:
     if ex.final is None:
         return None
-    final = {k: v for k, v in ex.final.items() if k != "context"}
+    final = ex.final
+    if "context" in final:
+        final = {k: v for k, v in final.items() if k != "context"}
     return capped(orjson.dumps(scrub(final, [])))
 
 

@@ -78,14 +78,14 @@ def _uint32_le(a: array[int]) -> bytes | bytearray | array[int]:
 class Timeline:
     """Output pieces as they were relayed: offsets, kinds, sizes and (optionally) text."""
 
-    __slots__ = ("_kind", "flags", "kinds", "lengths", "nbytes", "offsets", "text")
+    __slots__ = ("_kind", "_room", "flags", "kinds", "lengths", "nbytes", "offsets", "text")
 
     def __init__(self, *, keep_text: bool) -> None:
         self.flags = TEXT if keep_text else 0
         self.offsets = array("d")
         # While every piece has one kind (nearly every stream), that kind is all there is
         # to keep; the array of kinds exists from the first piece of another kind on.
-        self._kind = -1
+        self._kind: OutputKind | None = None
         self.kinds: array[int] | None = None
         # Widened on the first value that does not fit (see _widened); packed as uint32.
         self.nbytes = array("B")
@@ -93,49 +93,57 @@ class Timeline:
         # One growing buffer, not a bytes object per piece: a long stream held in flight
         # costs ~14 bytes per token plus its text instead of ~70.
         self.text = bytearray()
+        # Text bytes still allowed under TEXT_CAP, -1 once a piece went past it (no later
+        # piece keeps text), None when no text is kept: one test per piece for all three.
+        self._room: int | None = TEXT_CAP if keep_text else None
 
     def add(self, offset: float, piece: OutputChunk) -> None:
+        # Called for every token of every stream: comparing kinds by identity spares the
+        # code lookup until the kind changes.
         self.offsets.append(offset)
-        code = _KIND_CODE[piece.kind]
         if self.kinds is not None:
-            self.kinds.append(code)
-        elif code != self._kind:
-            self._new_kind(code)
+            self.kinds.append(_KIND_CODE[piece.kind])
+        elif piece.kind is not self._kind:
+            self._new_kind(piece.kind)
         try:
             self.nbytes.append(piece.nbytes)
         except OverflowError:
             self.nbytes = _widened(self.nbytes, piece.nbytes)
-        if not self.flags & TEXT:
+        room = self._room
+        if room is None:
             return
         text = piece.text.encode()
-        if self.flags & TEXT_TRUNCATED or len(self.text) + len(text) > TEXT_CAP:
+        if len(text) > room:
             self.flags |= TEXT_TRUNCATED
-            text = b""
+            self._room, text = -1, b""
+        else:
+            self._room = room - len(text)
         try:
             self.lengths.append(len(text))
         except OverflowError:
             self.lengths = _widened(self.lengths, len(text))
         self.text += text
 
-    def _new_kind(self, code: int) -> None:
+    def _new_kind(self, kind: OutputKind) -> None:
         """A piece (already in `offsets`) whose kind differs from every earlier one's."""
         earlier = len(self.offsets) - 1
         if earlier:
-            self.kinds = array("B", [self._kind]) * earlier
-            self.kinds.append(code)
+            assert self._kind is not None
+            self.kinds = array("B", [_KIND_CODE[self._kind]]) * earlier
+            self.kinds.append(_KIND_CODE[kind])
         else:
-            self._kind = code
+            self._kind = kind
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def pack(self) -> bytes:
         count = len(self.offsets)
-        kinds = self.kinds if self.kinds is not None else bytes([max(self._kind, 0)]) * count
+        kind = _KIND_CODE[self._kind] if self._kind is not None else 0
         parts: list[bytes | bytearray | array[Any]] = [
             _HEADER.pack(FORMAT, self.flags, count),
             _le(self.offsets),
-            kinds,
+            self.kinds if self.kinds is not None else bytes([kind]) * count,
             _uint32_le(self.nbytes),
         ]
         if self.flags & TEXT:

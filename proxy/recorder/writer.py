@@ -2,15 +2,17 @@
 
 The event loop side is a single ``deque.append`` (no lock, no I/O); a full queue drops
 the record and counts it, so client traffic is never slowed. The thread wakes every
-FLUSH_EVERY seconds, writes everything queued in transactions of up to BATCH rows, prunes
-every PRUNE_EVERY seconds, and on stop drains the queue before closing. Retention runs
-here rather than in a second connection so the file has exactly one writer and no
-transaction ever waits on another.
+FLUSH_EVERY seconds, writes everything queued in transactions of up to BATCH rows
+(measuring the file at most every MEASURE_EVERY seconds), prunes every PRUNE_EVERY
+seconds, and on stop drains the queue before closing. Retention runs here rather than in
+a second connection so the file has exactly one writer and no transaction ever waits on
+another.
 """
 
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import sqlite3
 import threading
@@ -38,9 +40,15 @@ BATCH: Final = 100
 """Rows per transaction: enough to amortize the commit, few enough that a burst of ends
 (2,000 streams finishing together) does not hold hundreds of rows and exchanges at once."""
 PRUNE_EVERY: Final = 300.0
+MEASURE_EVERY: Final = 1.0
+"""Least seconds between two measurements of the file after writes: at one request at a
+time every round writes one row, and its two `stat` calls were a tenth of its CPU."""
 _INSERT: Final = (
-    f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
+    f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 )
+_VALUES: Final = operator.itemgetter(*COLUMNS)
+"""A row's values in COLUMNS order: binding them by position spares sqlite3 a dict lookup
+per named parameter (35 per row), about 15% of the insert's CPU."""
 
 log = structlog.get_logger("ollama_tap.recorder")
 
@@ -69,6 +77,8 @@ class Writer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
+        self._next_measure = 0.0
+        self._unmeasured = False
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     def submit(self, ex: Exchange, cap: Capture) -> None:
@@ -134,7 +144,12 @@ class Writer:
         if time.monotonic() >= next_prune:
             self._prune()
             return time.monotonic() + PRUNE_EVERY
-        if wrote:
+        # A write the throttle skipped is measured at the next due round, written or not,
+        # so the gauge never stays behind the file for more than MEASURE_EVERY.
+        self._unmeasured = self._unmeasured or wrote
+        if self._unmeasured and time.monotonic() >= self._next_measure:
+            self._next_measure = time.monotonic() + MEASURE_EVERY
+            self._unmeasured = False
             self._measure()
         return next_prune
 
@@ -153,7 +168,7 @@ class Writer:
         assert conn is not None
         try:
             conn.execute("BEGIN")
-            conn.executemany(_INSERT, rows)
+            conn.executemany(_INSERT, map(_VALUES, rows))
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
