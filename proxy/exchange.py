@@ -6,6 +6,7 @@ import enum
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,9 +224,16 @@ class Exchange:
 
     def note_output(self, piece: OutputChunk) -> None:
         """Stamp an output piece's write time: first output, first content, last, count."""
+        self.note_outputs((piece,))
+
+    def note_outputs(self, pieces: Sequence[OutputChunk]) -> None:
+        """`note_output` for the pieces of one read, in order (one call per read)."""
         if self.first_output is None:
-            self.first_output = piece.at
-        if self.first_content is None and piece.kind is not OutputKind.THINKING:
-            self.first_content = piece.at
-        self.last_output = piece.at
-        self.output_events += 1
+            self.first_output = pieces[0].at
+        if self.first_content is None:
+            for piece in pieces:
+                if piece.kind is not OutputKind.THINKING:
+                    self.first_content = piece.at
+                    break
+        self.last_output = pieces[-1].at
+        self.output_events += len(pieces)

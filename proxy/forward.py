@@ -322,12 +322,9 @@ class _Relay:
     def outputs(self, pieces: list[OutputChunk]) -> None:
         if not pieces:
             return
-        ex = self.ex
-        wants = self.hooks.wants_chunks
-        for piece in pieces:
-            ex.note_output(piece)
-            if wants:
-                self.hooks.chunk(ex, piece)
+        self.ex.note_outputs(pieces)
+        if self.hooks.wants_chunks:
+            self.hooks.chunks(self.ex, pieces)
 
     def client_gone(self) -> bool:
         transport = self.request.transport

@@ -10,6 +10,10 @@ Hooks fire in this order for every exchange, from the event loop, and must retur
   the first byte is written to the client. Not fired when the upstream was unreachable.
 - ``chunk(ex, piece)``: for each output piece (``OutputChunk``), right after the bytes
   carrying it were written to the client. Only for replies whose framing was parsed.
+  An observer may implement ``chunks(ex, pieces)`` instead: the same pieces, in the same
+  order, one call per socket read that carried them (a burst brings dozens of tokens in
+  one read; one call for all of them is what keeps a burst cheap). When both exist,
+  ``chunks`` is called and ``chunk`` is not.
 - ``response(ex)``: the upstream's reply was relayed as far as it went; ``ex.outcome`` is
   ``ok``, ``upstream_error``, ``stream_error`` or ``incomplete`` (no final object, including
   an upstream that died mid-stream).
@@ -63,8 +67,15 @@ class Hooks:
             ]
             for hook in HOOKS
         }
-        self._chunk_takers = self._table["chunk"]
-        self.wants_chunks = bool(self._chunk_takers)
+        self._batch_takers: list[tuple[str, Callable[..., Any]]] = []
+        self._piece_takers: list[tuple[str, Callable[..., Any]]] = []
+        for o in self.observers:
+            batch, piece = getattr(o, "chunks", None), getattr(o, "chunk", None)
+            if callable(batch):
+                self._batch_takers.append((observer_name(o), batch))
+            elif callable(piece):
+                self._piece_takers.append((observer_name(o), piece))
+        self.wants_chunks = bool(self._batch_takers or self._piece_takers)
 
     def _call(self, hook: str, *args: Any) -> None:
         self._dispatch(hook, self._table[hook], *args)
@@ -85,8 +96,13 @@ class Hooks:
     def response_headers(self, ex: Exchange) -> None:
         self._call("response_headers", ex)
 
-    def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
-        self._dispatch("chunk", self._chunk_takers, ex, piece)
+    def chunks(self, ex: Exchange, pieces: list[OutputChunk]) -> None:
+        """The output pieces one socket read carried: `chunks` takers get them at once,
+        `chunk` takers one by one (errors of either are counted under the hook "chunk")."""
+        if self._batch_takers:
+            self._dispatch("chunk", self._batch_takers, ex, pieces)
+        for piece in pieces if self._piece_takers else ():
+            self._dispatch("chunk", self._piece_takers, ex, piece)
 
     def end(self, ex: Exchange) -> None:
         """Fire ``response`` or ``error`` according to ``ex.outcome``."""

@@ -342,17 +342,26 @@ class MetricsObserver:
         ex.metadata[NAME] = _State(model, gauge)
 
     def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
-        # Runs once per relayed token: one dict lookup, then one bisect from the second chunk.
+        self.chunks(ex, (piece,))
+
+    def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
+        # Runs once per socket read of every stream: one dict lookup, then a bisect per gap.
         state: _State | None = ex.metadata.get(NAME)
         if state is None:
             return
-        last, state.last_at = state.last_at, piece.at
+        last = state.last_at
+        state.last_at = pieces[-1].at
         if last is None:
-            return
-        if state.gaps is None:
+            if len(pieces) == 1:
+                return
+            last, pieces = pieces[0].at, pieces[1:]
+        gaps = state.gaps
+        if gaps is None:
             # Made at the first gap, not at `request`: a one-chunk reply adds no series.
-            state.gaps = self.m.inter_token.labels(ex.endpoint, state.model)
-        state.gaps.observe(piece.at - last)
+            gaps = state.gaps = self.m.inter_token.labels(ex.endpoint, state.model)
+        for piece in pieces:
+            gaps.observe(piece.at - last)
+            last = piece.at
 
     def response(self, ex: Exchange) -> None:
         self._end(ex)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from prometheus_client import CollectorRegistry
@@ -82,9 +82,14 @@ class Recorder:
             self._capture(ex)
 
     def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
+        self.chunks(ex, (piece,))
+
+    def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
         cap = ex.metadata.get(_KEY)
         if cap is not None and (timeline := cap.timeline) is not None:
-            timeline.add(piece.at - ex.started, piece)
+            started, add = ex.started, timeline.add
+            for piece in pieces:
+                add(piece.at - started, piece)
 
     def response(self, ex: Exchange) -> None:
         if self.writer is None:
