@@ -6,7 +6,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 ARGS    ?=
 
-.PHONY: run test lint typecheck unit unit-fast-relay system-deps bench env clean
+.PHONY: run test lint typecheck unit unit-aiohttp-relay system-deps bench env clean
 
 $(VENV)/.run-deps: pyproject.toml
 	python3 -m venv $(VENV)
@@ -43,13 +43,13 @@ typecheck: $(VENV)/.test-deps
 unit: $(VENV)/.test-deps system-deps
 	$(VENV)/bin/pytest $(ARGS)
 
-## the experimental fast relay (--relay fast) must pass the same proxy tests
-unit-fast-relay: $(VENV)/.test-deps
-	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.test_fast_relay_mode \
+## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one
+unit-aiohttp-relay: $(VENV)/.test-deps
+	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.test_aiohttp_relay_mode \
 	  --ignore=tests/deploy --ignore=tests/inspector
 
 ## make test: install everything the tests need, then lint, type-check and run the suite
-test: lint typecheck unit unit-fast-relay
+test: lint typecheck unit unit-aiohttp-relay
 
 ## make bench: the overhead benchmark (direct vs nginx vs ollama-tap), prints ratios
 bench: $(VENV)/.test-deps

@@ -96,9 +96,10 @@ class Settings(BaseSettings):
     tls_cert: Path | None = Field(None, description="PEM certificate to serve HTTPS.")
     tls_key: Path | None = Field(None, description="PEM private key for --tls-cert.")
     relay: Literal["aiohttp", "fast"] = Field(
-        "aiohttp",
-        description="Upstream relay: aiohttp's client, or 'fast' (experimental: replies "
-        "relayed from the socket callback, see proxy/fastrelay).",
+        "fast",
+        description="'fast': the proxy's own HTTP/1.1 front and protocol-level relay "
+        "(proxy/fastrelay; /_tap and unusual requests go to aiohttp's server); 'aiohttp': "
+        "aiohttp's server and client for everything (more CPU per request and per chunk).",
     )
 
     @field_validator("metrics_path")

@@ -65,10 +65,10 @@ MakeProxy = Callable[..., Awaitable[Proxy]]
 async def proxy_factory(tmp_path: Path, fake_ollama: Any) -> AsyncIterator[MakeProxy]:
     """Start proxies in front of the fake Ollama; keyword arguments override settings.
 
-    Served by aiohttp's runner and `make_site`, as `serve` does (with the fast relay the
-    front serves the socket); `handler_cancellation` picks which of
-    aiohttp's two client-disconnect behaviours the handler meets (aiohttp's TestServer always
-    cancels, so it cannot test the other).
+    Served by aiohttp's runner and `make_site`, as `serve` does (with the default relay the
+    front serves the socket). `handler_cancellation` picks which of aiohttp's two
+    client-disconnect behaviours aiohttp's handler meets (aiohttp's TestServer always
+    cancels, so it cannot test the other); the front always cancels, as `serve` configures.
     """
     runners: list[web.AppRunner] = []
 
