@@ -1,0 +1,84 @@
+"""Histograms counted by hand: the request families are fed on every exchange (and the
+inter-token one on every token), so their updates must cost next to nothing.
+
+prometheus_client's `Histogram.observe` takes a lock and walks the buckets in Python: about
+1.5 µs an observation, some 12 µs of every exchange's metrics, and once per relayed token of
+64 concurrent streams about 4 µs per chunk. Here an observation is one C-level bisect and two
+list updates, with no lock: every update happens on the event loop, and so does `collect()`
+(the metrics handler runs there). The families are exposed through the library's
+custom-collector API, so exposition (including the `_created` series), content negotiation
+and `get_sample_value` are the library's own; a test holds the exposition equal to the
+library's Histogram.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
+
+
+class Series:
+    """One label set's buckets (non-cumulative; the last one is +Inf), sum and creation time."""
+
+    __slots__ = ("bounds", "counts", "created", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+        self.created = time.time()
+
+    def observe(self, value: float) -> None:
+        # bisect_left finds the first bound >= value: Prometheus buckets are "le".
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+
+class LoopHistogram(Collector):
+    """A histogram family with `labelnames`, registered on `registry`; updated and collected
+    on the event loop only."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        buckets: Sequence[float],
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = list(labelnames)
+        self.bounds = tuple(float(b) for b in buckets if b != math.inf)
+        self._series: dict[tuple[str, ...], Series] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> Series:
+        series = self._series.get(values)
+        if series is None:
+            series = self._series[values] = Series(self.bounds)
+        return series
+
+    def describe(self) -> list[Metric]:
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        les = [*(floatToGoString(b) for b in self.bounds), "+Inf"]  # type: ignore[no-untyped-call]
+        for values, series in self._series.items():
+            cumulative, running = [], 0
+            for le, count in zip(les, series.counts, strict=True):
+                running += count
+                cumulative.append((le, running))
+            family.add_metric(list(values), cumulative, series.total)
+            labels = dict(zip(self.labelnames, values, strict=True))
+            family.samples.append(Sample(f"{self.name}_created", labels, series.created))
+        yield family
