@@ -98,6 +98,13 @@ class FastRelay(_Relay):
             if streamed:
                 chunked = headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
                 self.uploading = asyncio.create_task(self.stream_up(conn, data, chunked))  # type: ignore[arg-type]
+            else:
+                # The whole request is on its way: parse it and tell the observers while
+                # Ollama works. Scheduled rather than called: requests that arrived together
+                # are all sent before any of them is parsed (each one's TTFT waits for the
+                # others' sends only). Idempotent: `response_headers` or the end fire it
+                # first if they come first.
+                asyncio.get_running_loop().call_soon(self.fire_request)
             try:
                 await reply.head
             except UpstreamGone:
