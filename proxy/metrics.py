@@ -359,6 +359,13 @@ class MetricsObserver:
         if gaps is None:
             # Made at the first gap, not at `request`: a one-chunk reply adds no series.
             gaps = state.gaps = self.m.inter_token.labels(ex.endpoint, state.model)
+        at = pieces[0].at
+        if at == pieces[-1].at:
+            # One read's pieces were written at one moment: one gap, then zeros.
+            gaps.observe(at - last)
+            if len(pieces) > 1:
+                gaps.observe_times(0.0, len(pieces) - 1)
+            return
         for piece in pieces:
             gaps.observe(piece.at - last)
             last = piece.at

@@ -50,3 +50,13 @@ def test_a_second_family_with_the_same_name_is_refused() -> None:
     LoopHistogram(registry, "x_gap_seconds", "Gaps.", ["endpoint"], BUCKETS)
     with pytest.raises(ValueError, match="Duplicated"):
         LoopHistogram(registry, "x_gap_seconds", "Gaps.", ["endpoint"], BUCKETS)
+
+
+def test_observe_times_is_observe_repeated() -> None:
+    once, many = CollectorRegistry(), CollectorRegistry()
+    a = LoopHistogram(once, "x_gap_seconds", "Gaps.", ["e"], BUCKETS)
+    b = LoopHistogram(many, "x_gap_seconds", "Gaps.", ["e"], BUCKETS)
+    for _ in range(7):
+        a.labels("e").observe(0.002)
+    b.labels("e").observe_times(0.002, 7)
+    assert _created_normalised(generate_latest(once)) == _created_normalised(generate_latest(many))
