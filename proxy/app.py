@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 
 import aiohttp
 from aiohttp import web
@@ -12,11 +12,10 @@ from prometheus_client import CollectorRegistry
 from proxy import auth
 from proxy.accesslog import AccessLog
 from proxy.config import Settings
-from proxy.exchange import Exchange
 from proxy.fastrelay import FastRelay, UpstreamPool
 from proxy.fastrelay.front import Front, FrontSite
 from proxy.fastrelay.frontrelay import FrontRelay
-from proxy.forward import Forwarder, _Relay
+from proxy.forward import Forwarder, MakeRelay
 from proxy.hooks import Hooks
 from proxy.hostcheck import host_check, local_addresses
 from proxy.inspector import add_routes as add_inspector_routes
@@ -90,9 +89,6 @@ async def _recorder(app: web.Application) -> AsyncIterator[None]:
     # Runs after in-flight handlers ended (finished, or cancelled as `shutdown`), so every
     # exchange has been handed to the recorder by now; stop() drains the queue.
     await app[RECORDER].stop()
-
-
-MakeRelay = Callable[[Forwarder, web.Request, Exchange], _Relay]
 
 
 def _fast_relay(app: web.Application, settings: Settings) -> tuple[MakeRelay, MakeRelay]:

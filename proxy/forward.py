@@ -76,6 +76,10 @@ class RelayResponse(web.StreamResponse):
                 self.headers.popall(name, None)
 
 
+MakeRelay = Callable[["Forwarder", web.Request, Exchange], "_Relay"]
+"""How the forwarder makes the relay of one exchange (the aiohttp relay, the fast relay)."""
+
+
 class Forwarder:
     """Relays every request to Ollama byte for byte and fills one Exchange per request."""
 
@@ -85,7 +89,7 @@ class Forwarder:
         hooks: Hooks,
         session: Callable[[], aiohttp.ClientSession],
         shutting_down: Callable[[], bool],
-        make_relay: Callable[[Forwarder, web.Request, Exchange], _Relay] | None = None,
+        make_relay: MakeRelay | None = None,
     ) -> None:
         self.settings = settings
         self._make_relay = make_relay or _Relay
@@ -110,7 +114,7 @@ class Forwarder:
     async def handle(
         self,
         request: web.Request,
-        make_relay: Callable[[Forwarder, web.Request, Exchange], _Relay] | None = None,
+        make_relay: MakeRelay | None = None,
     ) -> web.StreamResponse:
         """Relay one request; `make_relay` overrides the relay (the front's own)."""
         ex = Exchange(
@@ -283,12 +287,7 @@ class _Relay:
         """The upstream's body ended (`cut`: abnormally): end the client's reply the same
         way, let the reader finish, and end the exchange."""
         if cut is not None:
-            # Cut the client's connection as the upstream cut ours, so the client sees the
-            # same truncated reply a direct connection would have given it.
-            self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {cut!r}"
-            self.abort_client()
-            self.close_reader(reader, time.monotonic())
-            self.finish(Outcome.INCOMPLETE)
+            self.end_cut(reader, cut)
             return resp
         at = time.monotonic()
         try:
@@ -313,6 +312,14 @@ class _Relay:
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
             return await self.end_reply(resp, reader, exc)
         return await self.end_reply(resp, reader, None)
+
+    def end_cut(self, reader: ollama.Reader | None, cut: BaseException) -> None:
+        """The upstream cut its reply: cut the client's connection the same way, so the
+        client sees the truncated reply a direct connection would have given it."""
+        self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {cut!r}"
+        self.abort_client()
+        self.close_reader(reader, time.monotonic())
+        self.finish(Outcome.INCOMPLETE)
 
     def close_reader(self, reader: ollama.Reader | None, at: float) -> None:
         """Let the reader finish at EOF. A large single reply is parsed right here: orjson

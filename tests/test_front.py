@@ -9,10 +9,12 @@ used so that what is on the wire is what is checked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 
 import orjson
 import pytest
+from yarl import URL
 
 from proxy.exchange import Exchange, Outcome
 from proxy.fastrelay.front import FrontConnection
@@ -222,3 +224,121 @@ async def test_garbage_goes_to_aiohttp_which_answers_400(proxy_factory: MakeProx
     status, _, _ = await read_response(reader)
     assert status.split()[1] == "400"
     writer.close()
+
+
+SLOW = post("/api/generate", orjson.dumps({"model": "llama3.2", "prompt": "slow", "stream": False}))
+
+
+async def test_a_queued_request_keeps_its_place_before_a_hand_off(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    """A (slow) streams, B (the front's) waits behind it, C (aiohttp's) arrives last: the
+    answers come A, B, C, each in its own slot."""
+    proxy = await proxy_factory(relay="fast")
+    fake_ollama.script = Script(prefill_delay=0.5)
+    reader, writer = await connect(proxy)
+    writer.write(SLOW)
+    await asyncio.sleep(0.1)
+    writer.write(get("/api/version"))
+    await asyncio.sleep(0.1)
+    writer.write(get("/_tap/healthz"))
+    first, second, third = [await asyncio.wait_for(read_response(reader), 5) for _ in range(3)]
+    assert b'"done":true' in first[2]
+    assert "version" in orjson.loads(second[2])
+    assert orjson.loads(third[2]) == {"upstream": "up"}
+    writer.close()
+
+
+async def test_garbage_behind_a_running_exchange_waits_for_it(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    ends = Ends()
+    proxy = await proxy_factory(relay="fast", observers=(ends,))
+    fake_ollama.script = Script(prefill_delay=0.4)
+    reader, writer = await connect(proxy)
+    writer.write(SLOW)
+    await asyncio.sleep(0.1)
+    writer.write(b"GARBAGE \x01\x02 nonsense\r\n\r\n")
+    status, _, body = await asyncio.wait_for(read_response(reader), 5)
+    assert status == "HTTP/1.1 200 OK" and b'"done":true' in body
+    assert (await asyncio.wait_for(read_response(reader), 5))[0].split()[1] == "400"
+    assert [ex.outcome for ex in ends.ended] == [Outcome.OK]
+    writer.close()
+
+
+async def test_a_double_slash_target_is_relayed_as_sent(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    """yarl would read "//api/tags" as a host and a path; the target must pass untouched."""
+    proxy = await proxy_factory(relay="fast")
+    seen = []
+    upstream = URL(fake_ollama.url)
+    for host, port in ((upstream.host, upstream.port), (proxy.host, proxy.port)):
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(get("//api/tags?x=1").replace(b"localhost:11435", b"localhost"))
+        await read_response(reader)
+        writer.close()
+        seen.append(fake_ollama.received[-1].path_qs)
+    assert seen[0] == seen[1]
+
+
+async def push_until_refused(writer: asyncio.StreamWriter, limit: int, wait: float) -> int:
+    """Write 64 KiB pieces until the proxy stops taking them (or `limit` bytes went)."""
+    sent = 0
+    with contextlib.suppress(ConnectionError, TimeoutError):
+        while sent < limit:
+            writer.write(b"a" * 65536)
+            await asyncio.wait_for(writer.drain(), wait)
+            sent += 65536
+            await asyncio.sleep(0)
+    return sent
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+async def test_an_endless_head_is_cut_off(proxy_factory: MakeProxy, pipelined: bool) -> None:
+    """llhttp buffers a header until it ends; the front stops reading one past MAX_HEAD
+    (aiohttp answers a fresh one; one begun in the read that ended another is cut)."""
+    from proxy.fastrelay.front import MAX_HEAD
+
+    proxy = await proxy_factory(relay="fast")
+    _, writer = await connect(proxy)
+    start = (get("/api/version") if pipelined else b"") + b"GET /api/tags HTTP/1.1\r\nX-Big: "
+    writer.write(start)
+    assert await push_until_refused(writer, 64 * MAX_HEAD, 5) < 64 * MAX_HEAD
+    await asyncio.sleep(0.1)
+    assert connections(proxy) == set()
+    writer.close()
+
+
+async def test_a_deferred_hand_off_stops_reading_the_client(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    proxy = await proxy_factory(relay="fast")
+    fake_ollama.script = Script(prefill_delay=2.0)
+    _, writer = await connect(proxy)
+    writer.write(SLOW)
+    await asyncio.sleep(0.1)
+    huge = post("/_tap/anything", b"").replace(b"Content-Length: 0", b"Content-Length: 999999999")
+    writer.write(huge)
+    assert await push_until_refused(writer, 256 * 2**20, 0.5) < 256 * 2**20
+    (conn,) = connections(proxy)
+    assert conn.pending == "hand-off" and conn.reading_paused
+    assert sum(map(len, conn.raw)) < 8 * 2**20
+    writer.transport.abort()
+
+
+async def test_idle_and_half_received_connections_close_at_shutdown(
+    proxy_factory: MakeProxy,
+) -> None:
+    from proxy.app import FRONT
+
+    proxy = await proxy_factory(relay="fast")
+    idle_reader, idle = await connect(proxy)
+    idle.write(get("/api/version"))
+    await read_response(idle_reader)
+    half_reader, half = await connect(proxy)
+    half.write(b"GET /api/tags HTTP/1.1\r\nHo")
+    await asyncio.sleep(0.1)
+    proxy.app[FRONT].close_idle()
+    assert await asyncio.wait_for(idle_reader.read(), 2) == b""
+    assert await asyncio.wait_for(half_reader.read(), 2) == b""

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import socket
 from collections.abc import Callable
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, cast
 
 import httptools
 import structlog
@@ -31,15 +33,22 @@ from proxy.config import Settings
 from proxy.exchange import Exchange
 from proxy.fastrelay.frontrelay import WRITTEN, ClientGone, FrontRelay, FrontRequest, error_response
 from proxy.fastrelay.wire import text
-from proxy.forward import Forwarder, _Relay
+from proxy.forward import Forwarder, MakeRelay, _Relay
 from proxy.hostcheck import allowed_host
+from proxy.ollama import error_body
 
 log = structlog.get_logger("ollama_tap.front")
 
 KEEPALIVE_SECONDS: Final = 75.0
 """An idle keep-alive connection is closed after this long (aiohttp's default)."""
 MAX_HEAD: Final = 128 * 1024
-"""A request head still incomplete after this many bytes goes to aiohttp, which refuses it."""
+"""Bytes of a request head past which parsing stops: the request goes to aiohttp, which
+refuses it, or the connection is cut. llhttp has no limit of its own. (A chunked body's
+trailers are not bounded here; the body's own bytes are, by back-pressure.)"""
+MAX_TARGET: Final = 8190
+MAX_FIELD: Final = 65536
+"""aiohttp's limits (request line; header field, as the app configures it): a request past
+them is handed over, so aiohttp answers it exactly as it would without the front."""
 MAX_QUEUED: Final = 16
 """Pipelined requests parsed ahead of the one being answered before reading pauses."""
 _REFUSED_PIPELINED: Final = (
@@ -47,11 +56,18 @@ _REFUSED_PIPELINED: Final = (
     "requests to /_tap/, the metrics path or in HTTP/1.0 must come first on theirs"
 )
 
-MakeRelay = Callable[[Forwarder, web.Request, Exchange], _Relay]
-
 
 class _HandOff(Exception):
     """Raised inside the parser's callback: this request is aiohttp's."""
+
+
+class _TooLarge(Exception):
+    """The request head passed MAX_HEAD."""
+
+
+Pending = Literal["hand-off", "refuse"]
+"""What waits for the running exchange to end: the connection goes to aiohttp, or a request
+that cannot be handed over (it began in the read that ended its predecessor) is refused."""
 
 
 class Front:
@@ -77,37 +93,50 @@ class Front:
         assert self._aiohttp is not None, "Front.attach was not called"
         return self._aiohttp()
 
-    def serves(self, method: str, version: str, request: FrontRequest) -> bool:
+    def serves(self, method: str, version: str, request: FrontRequest, target: str) -> bool:
         """Whether the front relays this request itself (else aiohttp takes the connection)."""
         headers = request.headers
         path = request.path
         if (
             version != "1.1"
             or method == "CONNECT"
-            or not request.rel_url.raw_path.startswith("/")
+            or not target.startswith("/")
+            or len(target) > MAX_TARGET
             or path == "/_tap"
             or path.startswith("/_tap/")
             or path in self.own_paths
             or hdrs.EXPECT in headers
             or hdrs.UPGRADE in headers
+            or len(headers.getall(hdrs.HOST, ())) != 1
             or len(headers.getall(hdrs.CONTENT_LENGTH, ())) > 1
+            or any(len(k) > MAX_FIELD or len(v) > MAX_FIELD for k, v in headers.items())
         ):
             return False
         te = headers.getall(hdrs.TRANSFER_ENCODING, ())
         if te and (te != ["chunked"] or hdrs.CONTENT_LENGTH in headers):
             return False
-        return not self.check_host or allowed_host(headers.get(hdrs.HOST, ""))
+        return not self.check_host or allowed_host(headers[hdrs.HOST])
 
     def close_idle(self) -> None:
-        """Shutdown begins: idle connections close now, busy ones after their exchange."""
+        """Shutdown begins: connections without a running exchange close now (a request
+        half-received included, as aiohttp does), busy ones after their exchange."""
         self.closing = True
         for conn in list(self.connections):
             conn.close_if_idle()
 
     async def wait_exchanges(self, within: float) -> None:
-        tasks = [c.task for c in self.connections if c.task is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=within)
+        """Until no exchange runs (one may start on a busy connection meanwhile), or
+        `within` seconds passed (the forwarder has cancelled them all by then); then every
+        connection left is closed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while tasks := [c.task for c in self.connections if c.task is not None]:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.wait(tasks, timeout=left)
+        for conn in list(self.connections):
+            conn.transport.abort()
 
 
 class FrontConnection(asyncio.Protocol):
@@ -118,15 +147,18 @@ class FrontConnection(asyncio.Protocol):
         self.transport: asyncio.Transport = cast(asyncio.Transport, None)
         self.remote = ""
         self.parser = httptools.HttpRequestParser(self)
-        # Bytes read since the current request began, kept until the front knows it serves
-        # it: a hand-off gives aiohttp every one of them.
+        # The bytes of the current request from its first one, kept until the front knows
+        # it serves it: a hand-off gives aiohttp every one of them. `whole` is False when
+        # the request began inside the read that ended the previous one (pipelining): its
+        # first byte is then somewhere in `raw`, and it cannot be handed over.
         self.raw: list[bytes] = []
-        self.raw_size = 0
-        self.raw_valid = True
-        """False when the request began inside a read that also ended the previous one."""
-        self.buffering = True
+        self.keeping = True
+        self.whole = True
         self.in_message = False
+        self.in_head = False
         self.ended_in_read = False
+        self.head_size = 0
+        """Bytes read while the current head is open (bounded by MAX_HEAD)."""
         self.url: list[bytes] = []
         self.header_list: list[tuple[str, str]] = []
         self.current: FrontRequest | None = None
@@ -134,8 +166,7 @@ class FrontConnection(asyncio.Protocol):
         self.queue: collections.deque[FrontRequest] = collections.deque()
         self.task: asyncio.Task[None] | None = None
         self.relay: FrontRelay | None = None
-        self.pending: str | None = None
-        """What to do once the running exchange ends: "hand-off" or "refuse"."""
+        self.pending: Pending | None = None
         self.writing_paused = False
         self.reading_paused = False
         self._drain: asyncio.Future[None] | None = None
@@ -147,15 +178,20 @@ class FrontConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.remote = str(peer[0]) if isinstance(peer, tuple) else ""
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # As aiohttp's server: a client that vanished without a word (a laptop closed
+            # during a long prefill) is found out by TCP, and its exchange ends.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self.front.connections.add(self)
         self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
-        if self.buffering:
+        if self.keeping:
             self.raw.append(data)
-            self.raw_size += len(data)
         if self.pending is not None:
-            return  # this connection's next request is aiohttp's; parsing has stopped
+            return  # parsing has stopped; reading is paused, and these bytes are aiohttp's
         self.ended_in_read = False
         try:
             self.parser.feed_data(data)
@@ -165,12 +201,18 @@ class FrontConnection(asyncio.Protocol):
             if not self.handing_off():
                 self.unparseable(exc)
             elif self.task is None:
-                self.next(keep=True)
+                self.after_exchange(keep=True)
+            else:
+                self.pause_reading()
             return
         if not self.in_message:
-            self._reset_raw()
-        elif self.current is None and self.raw_size > MAX_HEAD:
-            self.unparseable(httptools.HttpParserError("request head too large"))
+            self.raw, self.keeping, self.whole = [], True, True
+        elif self.in_head:
+            # llhttp buffers a header until it is whole, so the callbacks alone cannot
+            # bound a head that never ends: the bytes read while it is open can.
+            self.head_size += len(data)
+            if self.head_size > MAX_HEAD:
+                self.unparseable(_TooLarge("request head too large"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.front.connections.discard(self)
@@ -200,35 +242,40 @@ class FrontConnection(asyncio.Protocol):
     # -- llhttp callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self.in_message = True
+        self.in_message = self.in_head = True
         if self.ended_in_read:
-            self.raw_valid = False
-        self.url, self.header_list = [], []
+            self.whole = False
+        self.url, self.header_list, self.head_size = [], [], 0
 
     def on_url(self, url: bytes) -> None:
         self.url.append(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.header_list.append((text(name), text(value)))
+        if self.current is None:  # else a chunked body's trailer: not relayed
+            self.header_list.append((text(name), text(value)))
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
         parser = self.parser
         method = parser.get_method().decode("ascii", "surrogateescape")
+        target = text(b"".join(self.url))
         request = FrontRequest(
             self,
             method,
-            text(b"".join(self.url)),
+            target,
             CIMultiDict(self.header_list),
-            parser.should_keep_alive(),
+            parser.should_keep_alive() and not self.front.closing,
             _has_body(self.header_list),
         )
-        if not self.front.serves(method, parser.get_http_version(), request):
-            self.pending = "hand-off" if self.raw_valid else "refuse"
+        if not self.front.serves(method, parser.get_http_version(), request, target):
+            self.pending = "hand-off" if self.whole else "refuse"
             raise _HandOff
         self.current = request
-        self.buffering = False
-        self.raw, self.raw_size = [], 0
+        self.raw, self.keeping = [], False
         if self.task is None:
+            if self.front.closing:
+                self.transport.close()  # shutting down: no new exchange
+                return
             self.start(request)
         else:
             self.queue.append(request)
@@ -249,7 +296,8 @@ class FrontConnection(asyncio.Protocol):
     # -- exchanges ----------------------------------------------------------------------
 
     def handing_off(self) -> bool:
-        """Whether a request was found to be aiohttp's (set inside the parser's callback)."""
+        """Whether a request was found to be aiohttp's (set inside the parser's callback,
+        which the type checker cannot see through)."""
         return self.pending is not None
 
     def start(self, request: FrontRequest) -> None:
@@ -260,39 +308,38 @@ class FrontConnection(asyncio.Protocol):
         transport = self.transport
         try:
             resp = await self.front.fwd.handle(cast(web.Request, request), self._relay)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, Exception):
+            # Cancelled (client gone, shutdown) or a bug the forwarder logged and recorded:
+            # either way the client's reply was cut there, and so is the connection.
+            self.task = self.relay = None
             transport.abort()
             return
-        except Exception:
-            # Logged and recorded by the forwarder; the client's reply was cut there.
-            transport.abort()
-            return
-        finally:
-            self.relay = None
+        self.task = self.relay = None
         keep = request.keep_alive and not self.front.closing
         if resp is not WRITTEN and not transport.is_closing():
             transport.write(error_response(resp, keep))
-        self.task = None
         if not request.content.is_eof():
             # The exchange ended before its upload (Ollama answered early): the rest of the
             # body is read and dropped, as aiohttp's server does, keeping the connection.
             request.content.discard()
-        self.next(keep)
+        self.after_exchange(keep)
 
-    def next(self, keep: bool) -> None:
-        """The exchange ended: the next request, a deferred hand-off, or close."""
+    def after_exchange(self, keep: bool) -> None:
+        """The exchange ended: the next request in order, else a deferred hand-off, else
+        wait for the next request (or close)."""
         transport = self.transport
         if transport.is_closing():
             return
         if not keep:
             transport.close()
+        elif self.queue:
+            if self.pending is None:
+                self.resume_reading()
+            self.start(self.queue.popleft())
         elif self.pending == "hand-off":
             self.hand_off()
         elif self.pending == "refuse":
             self.refuse()
-        elif self.queue:
-            self.resume_reading()
-            self.start(self.queue.popleft())
         else:
             self._arm_idle()
 
@@ -305,7 +352,7 @@ class FrontConnection(asyncio.Protocol):
         self.front.connections.discard(self)
         self._disarm_idle()
         transport, data = self.transport, b"".join(self.raw)
-        self.raw, self.raw_size = [], 0
+        self.raw = []
         handler = self.front.aiohttp_protocol()
         transport.set_protocol(handler)
         handler.connection_made(transport)
@@ -315,27 +362,29 @@ class FrontConnection(asyncio.Protocol):
             handler.data_received(data)
 
     def refuse(self) -> None:
-        from proxy.ollama import error_body
-
         body = error_body("ollama", 400, _REFUSED_PIPELINED)
         resp = web.Response(status=400, body=body, content_type="application/json")
         self.transport.write(error_response(resp, keep_alive=False))
         self.transport.close()
 
     def unparseable(self, exc: Exception) -> None:
-        """Bytes llhttp refuses: aiohttp's server answers them (400) when they begin a
-        request it can be given; otherwise the connection is cut."""
-        if self.raw_valid and self.current is None and self.task is None:
+        """Bytes llhttp refuses, or a head past MAX_HEAD: aiohttp's server answers them
+        (400) when they begin a request it can be given, after the running exchange if
+        there is one; inside a body, or without a clean start, the connection is cut."""
+        if self.whole and self.current is None:
             self.pending = "hand-off"
-            self.hand_off()
+            if self.task is None:
+                self.hand_off()
+            else:
+                self.pause_reading()
             return
-        log.info("front_unparseable", error=str(exc))
+        log.info("front_unparseable", error=str(exc) or type(exc).__name__)
         if self.current is not None:
-            self.current.content.fail(ClientGone(f"the request body could not be parsed: {exc}"))
+            self.current.content.fail(ClientGone(f"the request could not be parsed: {exc}"))
         self.transport.abort()
 
     def close_if_idle(self) -> None:
-        if self.task is None and not self.in_message:
+        if self.task is None and self.current is None:
             self.transport.close()
 
     def pause_reading(self) -> None:
@@ -350,10 +399,6 @@ class FrontConnection(asyncio.Protocol):
                 self.transport.resume_reading()
 
     # -- internals ----------------------------------------------------------------------
-
-    def _reset_raw(self) -> None:
-        self.raw, self.raw_size = [], 0
-        self.raw_valid, self.buffering = True, True
 
     def _wake_writer(self) -> None:
         waiter, self._drain = self._drain, None

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final
 
 from aiohttp import hdrs, web
+from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -24,8 +25,9 @@ from proxy.forward import downstream_headers
 if TYPE_CHECKING:
     from proxy.fastrelay.front import FrontConnection
 
-BODY_HIGH_WATER: Final = 256 * 1024
-"""Request-body bytes held before the client's socket stops being read (aiohttp's figure)."""
+BODY_HIGH_WATER: Final = 2 * 2**16
+"""Request-body bytes held before the client's socket stops being read (aiohttp's figure:
+twice its stream reader's limit)."""
 WRITTEN: Final = web.StreamResponse()
 """What a front exchange returns when it wrote its response itself."""
 
@@ -122,7 +124,10 @@ class FrontRequest:
         self.transport = conn.transport
         self.remote = conn.remote
         self.method = method
-        self.rel_url = URL(target, encoded=True)
+        # As aiohttp's parser builds it: URL(target) would read "//x/y" as host x, path /y.
+        path, _, fragment = target.partition("#")
+        path, _, query = path.partition("?")
+        self.rel_url = URL.build(path=path, query_string=query, fragment=fragment, encoded=True)
         self.headers = CIMultiDictProxy(headers)
         self.keep_alive = keep_alive
         self.body_exists = has_body
@@ -188,12 +193,7 @@ class FrontRelay(FastRelay):
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return WRITTEN
         if reply.error is not None:
-            self.ex.error_message = (
-                self.ex.error_message or f"upstream cut the reply: {reply.error!r}"
-            )
-            self.abort_client()
-            self.close_reader(reader, time.monotonic())
-            self.finish(Outcome.INCOMPLETE)
+            self.end_cut(reader, reply.error)
             return WRITTEN
         at = time.monotonic()
         if self.chunked:
@@ -223,14 +223,14 @@ def response_head(
 
     The upstream's headers in their order minus hop-by-hop ones; a body without a length is
     chunked (the client spoke HTTP/1.1: the front hands older clients to aiohttp); a reply
-    that must be empty keeps no Transfer-Encoding, nor a Content-Length on 1xx/204; and
+    that must be empty keeps no Transfer-Encoding, nor a Content-Length on 1xx/204/304; and
     `Connection: close` when the client asked to close. Nothing else is added.
     """
     out = downstream_headers(headers)
     empty = method == "HEAD" or status in (204, 304) or status < 200
     chunked = False
     if empty:
-        if status < 200 or status == 204:
+        if status < 200 or status in (204, 304):
             out.popall(hdrs.CONTENT_LENGTH, None)
     elif hdrs.CONTENT_LENGTH not in out:
         out[hdrs.TRANSFER_ENCODING] = "chunked"
@@ -249,6 +249,7 @@ def error_response(resp: web.StreamResponse, keep_alive: bool) -> bytes:
     headers = CIMultiDict(resp.headers)
     headers[hdrs.CONTENT_LENGTH] = str(len(body))
     headers.setdefault(hdrs.DATE, email.utils.formatdate(usegmt=True))
+    headers.setdefault(hdrs.SERVER, SERVER_SOFTWARE)
     if not keep_alive:
         headers[hdrs.CONNECTION] = "close"
     lines = [f"HTTP/1.1 {resp.status} {resp.reason}"]
