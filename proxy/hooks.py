@@ -12,8 +12,8 @@ Hooks fire in this order for every exchange, from the event loop, and must retur
   carrying it were written to the client. Only for replies whose framing was parsed.
   An observer may implement ``chunks(ex, pieces)`` instead: the same pieces, in the same
   order, one call per socket read that carried them (a burst brings dozens of tokens in
-  one read; one call for all of them is what keeps a burst cheap). When both exist,
-  ``chunks`` is called and ``chunk`` is not.
+  one read; one call for all of them is what keeps a burst cheap), all with the same
+  ``at``. When both exist, ``chunks`` is called and ``chunk`` is not.
 - ``response(ex)``: the upstream's reply was relayed as far as it went; ``ex.outcome`` is
   ``ok``, ``upstream_error``, ``stream_error`` or ``incomplete`` (no final object, including
   an upstream that died mid-stream).
