@@ -341,3 +341,41 @@ async def test_http_1_0_clients_get_the_body_framed_by_the_close(proxy: Proxy) -
     writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200") and b'"version"' in body
+
+
+@pytest.mark.parametrize("split", [None, 40, 83, 90, 118, 200, 235])
+async def test_ollamas_chunks_reach_the_client_as_they_were(
+    split: int | None,
+    proxy_factory: MakeProxy,
+    raw_upstream: Callable[[RawHandler], Awaitable[str]],
+) -> None:
+    """The front relays a chunked reply's body bytes as they came off the wire (chunk sizes,
+    an extension, the terminator), however the reads cut them; the tee still reads tokens."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    lines = [b'{"response":"a","done":false}\n', b'{"response":"b","done":false}\n']
+    final = b'{"response":"","done":true,"eval_count":2,"eval_duration":2000000}\n'
+    body = b"".join(b"%x\r\n%b\r\n" % (len(x), x) for x in lines)
+    body += b"%x;ext=1\r\n%b\r\n" % (len(final), final) + b"0\r\n\r\n"
+    wire = head + body
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        for piece in (wire,) if split is None else (wire[:split], wire[split:]):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.02)
+
+    spy = Recorder()
+    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve), observers=(spy,))
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}")
+    got_head = await reader.readuntil(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in got_head
+    got = await asyncio.wait_for(reader.readexactly(len(body)), 5)
+    writer.close()
+    assert got == body
+    chunks = [args for hook, args in spy.calls if hook == "chunk"]
+    assert [text for _, text in chunks] == ["a", "b"]
