@@ -159,19 +159,17 @@ class FrontRelay(FastRelay):
 
     head: bytes = b""
     head_sent = False
-    passthrough = False
-    """Ollama's chunks go out as they came (see `Reply.passthrough`), terminator included."""
 
     def reply_started(self) -> bool:
         return self.head_sent
 
     def delivered(self) -> bool:
-        """The client has every byte of a complete reply (one the relay re-chunks ends only
-        when it writes the last chunk, after this is asked)."""
+        """The client has every byte of a complete reply (a chunked one ends only when the
+        relay writes its last chunk, after this is asked)."""
         reply = self.reply
         return (
             self.head_sent
-            and (self.passthrough or not self.chunked)
+            and not self.chunked
             and reply is not None
             and reply.ended
             and reply.error is None
@@ -185,10 +183,9 @@ class FrontRelay(FastRelay):
         self.head, self.chunked = response_head(
             reply.status, reply.reason, headers, request.method, request.keep_alive
         )
-        self.passthrough = self.chunked and reply.passthrough
         reply.attach(self)
         if not self.head_sent and not self.gone:
-            self.write_body(request.transport, b"", None)
+            self.write_body(request.transport, b"")
         await self.pump(reply, request.protocol)
         if self.bug is not None:
             raise self.bug
@@ -199,20 +196,16 @@ class FrontRelay(FastRelay):
             self.end_cut(reader, reply.error)
             return WRITTEN
         at = time.monotonic()
-        if self.chunked and not self.passthrough:
+        if self.chunked:
             request.transport.write(wire.LAST_CHUNK)
         self.close_reader(reader, at)
         self.finish(ollama.outcome_of(self.ex, reader))
         return WRITTEN
 
-    def write_body(self, client: asyncio.Transport, data: bytes, raw: bytes | None) -> None:
-        frames: tuple[bytes, ...]
-        if self.passthrough and raw is not None:
-            frames = (raw,) if raw else ()
-        elif data:
-            frames = wire.chunk_frames(data) if self.chunked else (data,)
-        else:
-            frames = ()
+    def write_body(self, client: asyncio.Transport, data: bytes) -> None:
+        frames: tuple[bytes, ...] = (
+            wire.chunk_frames(data) if self.chunked and data else (data,) if data else ()
+        )
         if not self.head_sent:
             self.head_sent = True
             frames = (self.head, *frames)

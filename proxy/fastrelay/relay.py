@@ -167,15 +167,14 @@ class FastRelay(_Relay):
 
     # -- ReplySink: runs inside the upstream socket's data_received -----------------------
 
-    def reply_body(self, data: bytes, raw: bytes | None) -> None:
+    def reply_body(self, data: bytes) -> None:
         client = self.client
         if client is None or client.is_closing():
             self.client_left()
             return
         try:
-            self.write_body(client, data, raw)
-            if data:
-                self.read_piece(self.reader, data)
+            self.write_body(client, data)
+            self.read_piece(self.reader, data)
         except Exception as exc:
             # A bug of ours must not escape into the event loop's socket callback: the
             # handler re-raises it and the exchange ends as `proxy_error`.
@@ -189,10 +188,7 @@ class FastRelay(_Relay):
                 self.conn.pause_reading()
             self.wake()
 
-    def write_body(self, client: asyncio.Transport, data: bytes, raw: bytes | None) -> None:
-        # aiohttp wrote the head and writes the last chunk itself: the body is framed here.
-        if not data:
-            return
+    def write_body(self, client: asyncio.Transport, data: bytes) -> None:
         if self.chunked:
             client.writelines(wire.chunk_frames(data))
         else:

@@ -21,10 +21,7 @@ class ReplySink(Protocol):
     """Where a reply's body goes; both methods run inside the socket callback and must not
     raise or block."""
 
-    def reply_body(self, data: bytes, raw: bytes | None) -> None:
-        """`data`: the body bytes a read brought (de-chunked); `raw`: the same read's bytes as
-        they came off the wire, chunk framing included, when the reply passes through as is
-        (`Reply.passthrough`), else None."""
+    def reply_body(self, data: bytes) -> None: ...
 
     def reply_end(self) -> None:
         """The reply ended: complete, or with `Reply.error` set."""
@@ -56,20 +53,9 @@ class Reply:
         self.ended = False
         self.keep_alive = False
         self.error: BaseException | None = None
-        self.passthrough = False
-        """A chunked reply whose wire bytes after the head are relayed as they are (chunk
-        framing and terminator included), so the client sees Ollama's own chunks."""
-        self.raw: list[bytes] = []
-        # Bytes until the final head is complete, to find where its body starts.
-        self._head_bytes: bytearray | None = bytearray()
-        self._interim_seen = False
 
     def feed(self, data: bytes) -> None:
         self.received = True
-        if self._head_bytes is not None:
-            self._head_bytes += data
-        elif self.passthrough:
-            self.raw.append(data)
         try:
             self.parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
@@ -90,11 +76,10 @@ class Reply:
         status = self.parser.get_status_code()
         if status < 200:
             # 100 Continue and friends: skipped, as aiohttp's client skips them.
-            self.interim, self.headers, self._interim_seen = True, [], True
+            self.interim, self.headers = True, []
             return
         self.status = status
         self.until_close = self._reads_until_close()
-        self._start_passthrough()
         self.head.set_result(None)
         if self.head_only:
             self._end(None, self.parser.should_keep_alive())
@@ -123,7 +108,7 @@ class Reply:
 
     def abandon(self) -> None:
         """Stop reading: the connection is closed at once (how Ollama learns to stop)."""
-        self.sink, self.pending, self.raw = None, [], []
+        self.sink, self.pending = None, []
         self.fail(UpstreamGone("the reply was abandoned"))
 
     def fail(self, error: BaseException) -> None:
@@ -153,33 +138,14 @@ class Reply:
     def _flush(self) -> None:
         """Hand what the last read brought to the sink, or hold the socket until one is
         attached (the handler is still preparing the client's response)."""
-        if not (self.pending or self.raw):
+        if not self.pending:
             return
         if self.sink is None:
             if not self.ended:
                 self.conn.pause_reading()
             return
         pending, self.pending = self.pending, []
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
-        if not self.passthrough:
-            self.sink.reply_body(data, None)
-            return
-        raw, self.raw = self.raw, []
-        self.sink.reply_body(data, raw[0] if len(raw) == 1 else b"".join(raw))
-
-    def _start_passthrough(self) -> None:
-        """A chunked final reply, no interim one before it: its body goes out as it came.
-
-        The head ends at the first CRLFCRLF of the stream (header lines cannot hold one);
-        what follows in the bytes read so far is the start of the body."""
-        head, self._head_bytes = self._head_bytes, None
-        if head is None or self._interim_seen or self.head_only or self.status in (204, 304):
-            return
-        te = [v for k, v in self.headers if k.lower() == "transfer-encoding"]
-        end = head.find(b"\r\n\r\n")
-        if te == ["chunked"] and end >= 0:
-            self.passthrough = True
-            self.raw.append(bytes(head[end + 4 :]))
+        self.sink.reply_body(pending[0] if len(pending) == 1 else b"".join(pending))
 
     def _reads_until_close(self) -> bool:
         """No length and not chunked: the body runs until the upstream closes (RFC 9112 §6.3)."""
