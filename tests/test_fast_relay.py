@@ -341,3 +341,48 @@ async def test_http_1_0_clients_get_the_body_framed_by_the_close(proxy: Proxy) -
     writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.0 200") and b'"version"' in body
+
+
+async def test_a_reason_phrase_split_across_reads_is_kept_whole(
+    proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        for piece in (b"HTTP/1.1 200 O", b"K\r\nContent-Length: 2\r\n\r\nok"):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+
+    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve))
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(b"GET /api/version HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert (await reader.readuntil(b"\r\n")) == b"HTTP/1.1 200 OK\r\n"
+    writer.close()
+
+
+async def test_an_upload_answered_early_that_stalls_loses_its_connection(
+    proxy_factory: MakeProxy,
+    raw_upstream: Callable[[RawHandler], Awaitable[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ollama answers before the body ended; the rest is read and dropped for the
+    lingering time (aiohttp's rule), then a client that stopped sending is cut."""
+    from proxy.fastrelay import front
+
+    monkeypatch.setattr(front, "LINGER_SECONDS", 0.3)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\nno")
+        await writer.drain()
+
+    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve))
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(
+        b"POST /api/blobs/sha256:00 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10000000\r\n\r\n"
+        + b"x" * 300_000
+    )
+    assert (await reader.readuntil(b"\r\n")).startswith(b"HTTP/1.1 400")
+    await reader.readuntil(b"\r\n\r\nno")
+    assert await asyncio.wait_for(reader.read(), 3) == b""  # cut after the lingering time
+    writer.close()

@@ -342,3 +342,44 @@ async def test_idle_and_half_received_connections_close_at_shutdown(
     proxy.app[FRONT].close_idle()
     assert await asyncio.wait_for(idle_reader.read(), 2) == b""
     assert await asyncio.wait_for(half_reader.read(), 2) == b""
+
+
+async def test_many_pipelined_requests_in_one_read_are_not_a_large_head(
+    proxy_factory: MakeProxy,
+) -> None:
+    """The head-size bound counts the head, not the requests that came before it in the
+    same read (a read of several hundred KiB is ordinary under load)."""
+    from proxy.app import FRONT
+    from proxy.fastrelay.front import MAX_HEAD
+
+    proxy = await proxy_factory(relay="fast")
+    requests = get("/api/version") * (2 * MAX_HEAD // len(get("/api/version")))
+
+    class Transport(asyncio.Transport):
+        aborted = False
+
+        def get_extra_info(self, name: str, default: object = None) -> object:
+            return default
+
+        def abort(self) -> None:
+            self.aborted = True
+
+        def is_closing(self) -> bool:
+            return self.aborted
+
+        def pause_reading(self) -> None: ...
+
+        def resume_reading(self) -> None: ...
+
+        def write(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    transport = Transport()
+    conn = proxy.app[FRONT]()
+    conn.connection_made(transport)
+    conn.data_received(requests + b"GET /api/tags HTTP/1.1\r\nHost: loc")  # one read
+    assert not transport.aborted
+    assert conn.head_size < MAX_HEAD
+    assert len(conn.queue) == requests.count(b"GET ") - 1
+    assert conn.task is not None
+    conn.task.cancel()
+    conn.connection_lost(None)

@@ -41,6 +41,9 @@ log = structlog.get_logger("ollama_tap.front")
 
 KEEPALIVE_SECONDS: Final = 75.0
 """An idle keep-alive connection is closed after this long (aiohttp's default)."""
+LINGER_SECONDS: Final = 10.0
+"""How long the rest of an upload Ollama answered early is read and dropped before the
+connection is cut (aiohttp's lingering time)."""
 MAX_HEAD: Final = 128 * 1024
 """Bytes of a request head past which parsing stops: the request goes to aiohttp, which
 refuses it, or the connection is cut. llhttp has no limit of its own. (A chunked body's
@@ -158,7 +161,10 @@ class FrontConnection(asyncio.Protocol):
         self.in_head = False
         self.ended_in_read = False
         self.head_size = 0
-        """Bytes read while the current head is open (bounded by MAX_HEAD)."""
+        """Bytes of the current head read so far (bounded by MAX_HEAD)."""
+        self.head_was_open = False
+        """Whether the current read began with a head already open."""
+        self._linger: asyncio.TimerHandle | None = None
         self.url: list[bytes] = []
         self.header_list: list[tuple[str, str]] = []
         self.current: FrontRequest | None = None
@@ -193,6 +199,7 @@ class FrontConnection(asyncio.Protocol):
         if self.pending is not None:
             return  # parsing has stopped; reading is paused, and these bytes are aiohttp's
         self.ended_in_read = False
+        self.head_was_open = self.in_head
         try:
             self.parser.feed_data(data)
         except (_HandOff, httptools.HttpParserError) as exc:
@@ -208,15 +215,19 @@ class FrontConnection(asyncio.Protocol):
         if not self.in_message:
             self.raw, self.keeping, self.whole = [], True, True
         elif self.in_head:
-            # llhttp buffers a header until it is whole, so the callbacks alone cannot
-            # bound a head that never ends: the bytes read while it is open can.
-            self.head_size += len(data)
+            # llhttp buffers a header until it is whole, so the callbacks alone cannot bound
+            # a head that never ends: every read that found the head open counts whole; the
+            # read it began in counts what its callbacks saw (not the requests before it).
+            if self.head_was_open:
+                self.head_size += len(data)
             if self.head_size > MAX_HEAD:
                 self.unparseable(_TooLarge("request head too large"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.front.connections.discard(self)
         self._disarm_idle()
+        if self._linger is not None:
+            self._linger.cancel()
         if self.current is not None:
             self.current.content.fail(ClientGone("the client closed the connection"))
         relay = self.relay
@@ -249,10 +260,14 @@ class FrontConnection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self.url.append(url)
+        if not self.head_was_open:
+            self.head_size += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.current is None:  # else a chunked body's trailer: not relayed
             self.header_list.append((text(name), text(value)))
+            if not self.head_was_open:
+                self.head_size += len(name) + len(value)
 
     def on_headers_complete(self) -> None:
         self.in_head = False
@@ -290,6 +305,9 @@ class FrontConnection(asyncio.Protocol):
         if self.current is not None:
             self.current.content.feed_eof()
             self.current = None
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         self.in_message = False
         self.ended_in_read = True
 
@@ -320,8 +338,10 @@ class FrontConnection(asyncio.Protocol):
             transport.write(error_response(resp, keep))
         if not request.content.is_eof():
             # The exchange ended before its upload (Ollama answered early): the rest of the
-            # body is read and dropped, as aiohttp's server does, keeping the connection.
+            # body is read and dropped for up to LINGER_SECONDS, as aiohttp's server does,
+            # keeping the connection if it ends in time.
             request.content.discard()
+            self._linger = asyncio.get_running_loop().call_later(LINGER_SECONDS, self._lingered)
         self.after_exchange(keep)
 
     def after_exchange(self, keep: bool) -> None:
@@ -382,6 +402,12 @@ class FrontConnection(asyncio.Protocol):
         if self.current is not None:
             self.current.content.fail(ClientGone(f"the request could not be parsed: {exc}"))
         self.transport.abort()
+
+    def _lingered(self) -> None:
+        """The dropped rest of an upload did not end in time: the connection goes."""
+        self._linger = None
+        if self.current is not None and self.task is None:
+            self.transport.abort()
 
     def close_if_idle(self) -> None:
         if self.task is None and self.current is None:

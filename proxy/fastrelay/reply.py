@@ -65,7 +65,8 @@ class Reply:
     # -- llhttp callbacks ---------------------------------------------------------------
 
     def on_status(self, reason: bytes) -> None:
-        self.reason = text(reason)
+        # Called once per read the status line spans: the pieces add up.
+        self.reason += text(reason)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.head.done():
@@ -76,7 +77,7 @@ class Reply:
         status = self.parser.get_status_code()
         if status < 200:
             # 100 Continue and friends: skipped, as aiohttp's client skips them.
-            self.interim, self.headers = True, []
+            self.interim, self.headers, self.reason = True, [], ""
             return
         self.status = status
         self.until_close = self._reads_until_close()
