@@ -83,7 +83,13 @@ class BodyStream:
         return self._eof
 
     async def read(self) -> bytes:
-        parts = [data async for data in self.iter_any()]
+        if not (self._eof and self._error is None):
+            parts = [data async for data in self.iter_any()]
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        # The whole body came with the head (nearly every JSON request): no generator.
+        parts, self._held = list(self._chunks), 0
+        self._chunks.clear()
+        self._conn.resume_reading()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_any(self) -> AsyncIterator[bytes]:
