@@ -42,12 +42,14 @@ _SERVER_ADDED: Final = (hdrs.SERVER, hdrs.DATE, hdrs.CONTENT_TYPE)
 
 def _hop_by_hop(headers: CIMultiDictProxy[str]) -> frozenset[str]:
     """Lower-case names to drop: the fixed set plus those the Connection header names."""
-    named = {t.strip().lower() for v in headers.getall(hdrs.CONNECTION, ()) for t in v.split(",")}
-    return HOP_BY_HOP | named
+    listed = headers.getall(hdrs.CONNECTION, ())
+    if not listed:
+        return HOP_BY_HOP  # nearly every request and reply: no set to build
+    return HOP_BY_HOP | {t.strip().lower() for v in listed for t in v.split(",")}
 
 
 def _without(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDict[str]:
-    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+    return CIMultiDict([(k, v) for k, v in headers.items() if k.lower() not in drop])
 
 
 def upstream_headers(headers: CIMultiDictProxy[str], host: str) -> CIMultiDict[str]:

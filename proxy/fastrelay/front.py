@@ -112,7 +112,7 @@ class Front:
             or hdrs.UPGRADE in headers
             or len(headers.getall(hdrs.HOST, ())) != 1
             or len(headers.getall(hdrs.CONTENT_LENGTH, ())) > 1
-            or any(len(k) > MAX_FIELD or len(v) > MAX_FIELD for k, v in headers.items())
+            or request.longest_field > MAX_FIELD
         ):
             return False
         te = headers.getall(hdrs.TRANSFER_ENCODING, ())
@@ -167,6 +167,7 @@ class FrontConnection(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None
         self.url: list[bytes] = []
         self.header_list: list[tuple[str, str]] = []
+        self.longest_field = 0
         self.current: FrontRequest | None = None
         """The request whose body is being read."""
         self.queue: collections.deque[FrontRequest] = collections.deque()
@@ -256,7 +257,7 @@ class FrontConnection(asyncio.Protocol):
         self.in_message = self.in_head = True
         if self.ended_in_read:
             self.whole = False
-        self.url, self.header_list, self.head_size = [], [], 0
+        self.url, self.header_list, self.head_size, self.longest_field = [], [], 0, 0
 
     def on_url(self, url: bytes) -> None:
         self.url.append(url)
@@ -266,6 +267,7 @@ class FrontConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.current is None:  # else a chunked body's trailer: not relayed
             self.header_list.append((text(name), text(value)))
+            self.longest_field = max(self.longest_field, len(name), len(value))
             if not self.head_was_open:
                 self.head_size += len(name) + len(value)
 
@@ -282,6 +284,7 @@ class FrontConnection(asyncio.Protocol):
             parser.should_keep_alive() and not self.front.closing,
             _has_body(self.header_list),
         )
+        request.longest_field = self.longest_field
         if not self.front.serves(method, parser.get_http_version(), request, target):
             self.pending = "hand-off" if self.whole else "refuse"
             raise _HandOff

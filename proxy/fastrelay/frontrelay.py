@@ -137,6 +137,8 @@ class FrontRequest:
         self.headers = CIMultiDictProxy(headers)
         self.keep_alive = keep_alive
         self.body_exists = has_body
+        self.longest_field = 0
+        """Bytes of the longest header name or value (aiohttp refuses past its limit)."""
         self.content = BodyStream(conn)
         if not has_body:
             self.content.feed_eof()
