@@ -66,11 +66,15 @@ class LoopHistogram(Collector):
         self._series: dict[tuple[str, ...], Series] = {}
         registry.register(self)
 
-    def labels(self, *values: str) -> Series:
+    def __getitem__(self, values: tuple[str, ...]) -> Series:
+        """The series of a label set (made on first use): `family[endpoint, model]`."""
         series = self._series.get(values)
         if series is None:
             series = self._series[values] = Series(self.bounds)
         return series
+
+    def labels(self, *values: str) -> Series:
+        return self[values]
 
     def describe(self) -> list[Metric]:
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]

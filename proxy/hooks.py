@@ -35,7 +35,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from proxy.exchange import Exchange, Outcome, OutputChunk
 
-HOOKS: Final = ("request", "response_headers", "chunk", "response", "error")
+_PER_EXCHANGE: Final = ("request", "response_headers", "response", "error")
+"""The hooks fired once per exchange; `chunk` (and `chunks`) are dispatched per read."""
 _RESPONSE_OUTCOMES: Final = frozenset(
     {Outcome.OK, Outcome.UPSTREAM_ERROR, Outcome.STREAM_ERROR, Outcome.INCOMPLETE}
 )
@@ -65,7 +66,7 @@ class Hooks:
                 for o in self.observers
                 if callable(getattr(o, hook, None))
             ]
-            for hook in HOOKS
+            for hook in _PER_EXCHANGE
         }
         self._batch_takers: list[tuple[str, Callable[..., Any]]] = []
         self._piece_takers: list[tuple[str, Callable[..., Any]]] = []

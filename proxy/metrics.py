@@ -92,7 +92,8 @@ def _gauge(r: CollectorRegistry, name: str, doc: str, labels: Sequence[str] = ()
 def _histogram(
     r: CollectorRegistry, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
 ) -> LoopHistogram:
-    # Counted by hand (proxy/histogram.py): every exchange observes some ten of these.
+    # Counted by hand (proxy/histogram.py): every exchange observes some ten of these. Indexed
+    # like `Children` (family[endpoint, model]), with its series kept by the family itself.
     return LoopHistogram(r, f"{NS}_{name}", doc, labels, buckets)
 
 
@@ -128,12 +129,6 @@ def _gauges(r: CollectorRegistry, name: str, doc: str, labels: Sequence[str]) ->
     return Children(_gauge(r, name, doc, labels).labels)
 
 
-def _histograms(
-    r: CollectorRegistry, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float]
-) -> Children[Series]:
-    return Children(_histogram(r, name, doc, labels, buckets).labels)
-
-
 class RequestMetrics:
     """The per-request families (as `Children`), the build info and the standard collectors
     on one registry."""
@@ -155,17 +150,17 @@ class RequestMetrics:
         self.responses = _counters(
             r, "responses_total", "Replies carrying a done_reason.", [E, M, "done_reason"]
         )
-        self.duration = _histograms(
+        self.duration = _histogram(
             r, "request_duration_seconds", "Request head to last byte.", [E, M, S], DURATION_BUCKETS
         )
-        self.ttft = _histograms(
+        self.ttft = _histogram(
             r,
             "time_to_first_token_seconds",
             "Request head to first output.",
             [E, M],
             LATENCY_BUCKETS,
         )
-        self.ttfc = _histograms(
+        self.ttfc = _histogram(
             r,
             "time_to_first_content_seconds",
             "Request head to first non-thinking output.",
@@ -179,41 +174,41 @@ class RequestMetrics:
             [E, M],
             INTER_TOKEN_BUCKETS,
         )
-        self.output_rate = _histograms(
+        self.output_rate = _histogram(
             r,
             "observed_output_rate",
             "Output events per second as relayed (streams).",
             [E, M],
             RATE_BUCKETS,
         )
-        self.load = _histograms(
+        self.load = _histogram(
             r, "load_duration_seconds", "Ollama's load_duration.", [E, M, S], DURATION_BUCKETS
         )
-        self.queue = _histograms(
+        self.queue = _histogram(
             r,
             "queue_wait_seconds",
             "total - load - prompt_eval - eval, clamped at 0.",
             [E, M, S],
             LATENCY_BUCKETS,
         )
-        self.prompt_eval = _histograms(
+        self.prompt_eval = _histogram(
             r,
             "prompt_eval_duration_seconds",
             "Ollama's prompt_eval_duration (prefill).",
             [E, M, S],
             LATENCY_BUCKETS,
         )
-        self.eval = _histograms(
+        self.eval = _histogram(
             r,
             "eval_duration_seconds",
             "Ollama's eval_duration (decode).",
             [E, M, S],
             DURATION_BUCKETS,
         )
-        self.decode_rate = _histograms(
+        self.decode_rate = _histogram(
             r, "decode_tokens_per_second", "eval_count / eval_duration.", [E, M], RATE_BUCKETS
         )
-        self.prefill_rate = _histograms(
+        self.prefill_rate = _histogram(
             r,
             "prefill_tokens_per_second",
             "Uncached prompt tokens / prompt_eval_duration.",
@@ -241,10 +236,10 @@ class RequestMetrics:
         self.generation_tokens = _counters(
             r, "generation_tokens_total", "Generated tokens, every source.", [E, M]
         )
-        self.context_tokens = _histograms(
+        self.context_tokens = _histogram(
             r, "context_tokens", "prompt_eval_count + eval_count.", [E, M], CONTEXT_TOKEN_BUCKETS
         )
-        self.utilization = _histograms(
+        self.utilization = _histogram(
             r,
             "context_utilization_ratio",
             "Context tokens / runtime num_ctx.",

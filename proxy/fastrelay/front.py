@@ -332,10 +332,10 @@ class FrontConnection(asyncio.Protocol):
         except (asyncio.CancelledError, Exception):
             # Cancelled (client gone, shutdown) or a bug the forwarder logged and recorded:
             # either way the client's reply was cut there, and so is the connection.
-            self.task = self.relay = None
             transport.abort()
             return
-        self.task = self.relay = None
+        finally:
+            self.task = self.relay = None
         keep = request.keep_alive and not self.front.closing
         if resp is not WRITTEN and not transport.is_closing():
             transport.write(error_response(resp, keep))

@@ -83,13 +83,13 @@ class BodyStream:
         return self._eof
 
     async def read(self) -> bytes:
-        if not (self._eof and self._error is None):
+        if self._eof and self._error is None:
+            # The whole body came with the head (nearly every JSON request): no generator.
+            parts, self._held = list(self._chunks), 0
+            self._chunks.clear()
+            self._conn.resume_reading()
+        else:
             parts = [data async for data in self.iter_any()]
-            return parts[0] if len(parts) == 1 else b"".join(parts)
-        # The whole body came with the head (nearly every JSON request): no generator.
-        parts, self._held = list(self._chunks), 0
-        self._chunks.clear()
-        self._conn.resume_reading()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_any(self) -> AsyncIterator[bytes]:
@@ -153,9 +153,8 @@ class FrontRequest:
 
     @property
     def content_type(self) -> str:
-        raw = self.headers.get(hdrs.CONTENT_TYPE)
-        # aiohttp's `content_type`: the media type alone, lower-cased, with its default.
-        return raw.partition(";")[0].strip().lower() if raw else "application/octet-stream"
+        # Read only by `ollama.tees_request_body`, which takes the media type itself.
+        return self.headers.get(hdrs.CONTENT_TYPE, "")
 
 
 class FrontRelay(FastRelay):
@@ -245,9 +244,7 @@ def response_head(
         chunked = True
     if not keep_alive and hdrs.CONNECTION not in out:
         out[hdrs.CONNECTION] = "close"
-    lines = [f"HTTP/1.1 {status} {reason}"]
-    lines += [f"{k}: {v}" for k, v in out.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape"), chunked
+    return wire.head(f"HTTP/1.1 {status} {reason}", out.items()), chunked
 
 
 def error_response(resp: web.StreamResponse, keep_alive: bool) -> bytes:
@@ -260,6 +257,4 @@ def error_response(resp: web.StreamResponse, keep_alive: bool) -> bytes:
     headers.setdefault(hdrs.SERVER, SERVER_SOFTWARE)
     if not keep_alive:
         headers[hdrs.CONNECTION] = "close"
-    lines = [f"HTTP/1.1 {resp.status} {resp.reason}"]
-    lines += [f"{k}: {v}" for k, v in headers.items()]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape") + body
+    return wire.head(f"HTTP/1.1 {resp.status} {resp.reason}", headers.items()) + body

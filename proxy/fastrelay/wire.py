@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 from aiohttp import hdrs
@@ -37,12 +38,19 @@ def needs_zero_length(method: str, headers: CIMultiDict[str]) -> bool:
     return method not in _BODYLESS_METHODS and hdrs.CONTENT_LENGTH not in headers
 
 
+def head(first_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    """A request or status line and its headers as HTTP/1.1 bytes, ending with the blank line
+    (header bytes that were not UTF-8 go back out as they came: surrogateescape)."""
+    lines = [first_line, *(f"{k}: {v}" for k, v in headers)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+
+
 def request_head(method: str, target: str, headers: CIMultiDict[str]) -> bytes:
     """The request line and headers, Host first (as aiohttp's client orders them)."""
-    lines = [f"{method} {target} HTTP/1.1"]
-    lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() == "host"]
-    lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() != "host"]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+    items = list(headers.items())
+    host = [(k, v) for k, v in items if k.lower() == "host"]
+    rest = [(k, v) for k, v in items if k.lower() != "host"]
+    return head(f"{method} {target} HTTP/1.1", host + rest)
 
 
 def chunk_frames(data: bytes) -> tuple[bytes, ...]:
