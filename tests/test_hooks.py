@@ -9,10 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.exchange import Exchange, OutputChunk, OutputKind
 from proxy.hooks import Hooks
-
-
-def exchange() -> Exchange:
-    return Exchange("POST", "/api/generate", "", "/api/generate", "127.0.0.1", {})
+from tests.exchanges import new_exchange
 
 
 def pieces(n: int, at: float = 1.0) -> list[OutputChunk]:
@@ -49,8 +46,8 @@ def test_batch_and_piece_takers_see_the_same_pieces_in_order() -> None:
     per, batched = PerPiece(), Batched()
     hooks = Hooks([per, batched], CollectorRegistry())
     assert hooks.wants_chunks
-    hooks.chunks(exchange(), pieces(3))
-    hooks.chunks(exchange(), pieces(1))
+    hooks.chunks(new_exchange(), pieces(3))
+    hooks.chunks(new_exchange(), pieces(1))
     assert per.seen == ["t0", "t1", "t2", "t0"]
     assert batched.calls == [["t0", "t1", "t2"], ["t0"]]
 
@@ -59,7 +56,7 @@ def test_a_failing_piece_is_counted_and_only_it_is_skipped() -> None:
     registry = CollectorRegistry()
     failing, batched = PerPiece(fail_on="t1"), Batched()
     hooks = Hooks([failing, batched], registry)
-    hooks.chunks(exchange(), pieces(3))
+    hooks.chunks(new_exchange(), pieces(3))
     assert failing.seen == ["t0", "t2"]
     assert batched.calls == [["t0", "t1", "t2"]]
     errors = {"observer": "per-piece", "hook": "chunk"}
@@ -80,7 +77,7 @@ def test_note_outputs_equals_note_output_piece_by_piece() -> None:
         OutputChunk(1.0, OutputKind.CONTENT, "A", 5),
         OutputChunk(1.0, OutputKind.CONTENT, "B", 5),
     ]
-    one, each = exchange(), exchange()
+    one, each = new_exchange(), new_exchange()
     one.note_outputs(batch[:2])
     one.note_outputs([OutputChunk(2.0, p.kind, p.text, p.nbytes) for p in batch[2:]])
     for piece in batch[:2]:
@@ -102,7 +99,7 @@ def test_metrics_gaps_are_the_same_batched_or_one_by_one() -> None:
     for batched in (False, True):
         registry = CollectorRegistry()
         observer = MetricsObserver(registry, ModelLabels(10))
-        ex = exchange()
+        ex = new_exchange()
         observer.request(ex)
         if batched:
             for read in reads:

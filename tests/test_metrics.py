@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
 from proxy.metrics import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
+from tests.exchanges import new_exchange
 
 T0 = 100.0
 SEC = 1_000_000_000
@@ -66,16 +67,7 @@ def make_exchange(
     done_reason: str | None = "stop",
     options: dict[str, Any] | None = None,
 ) -> Exchange:
-    ex = Exchange(
-        method="POST",
-        path=endpoint,
-        query="",
-        endpoint=endpoint,
-        client="127.0.0.1",
-        request_headers={},
-        started=T0,
-        started_wall=1_700_000_000.0,
-    )
+    ex = new_exchange(endpoint, started=T0, started_wall=1_700_000_000.0)
     ex.request.model, ex.request.options = model, options
     ex.status, ex.streamed, ex.outcome = status, streamed, outcome
     ex.usage, ex.done_reason = usage, done_reason

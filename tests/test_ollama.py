@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from proxy import ollama
 from proxy.exchange import Exchange, OutputChunk, OutputKind, Usage
+from tests.exchanges import new_exchange
 
 NDJSON = "application/x-ndjson"
 SSE = "text/event-stream"
@@ -20,13 +21,8 @@ C, T, TOOL = OutputKind.CONTENT, OutputKind.THINKING, OutputKind.TOOL_CALL
 
 
 def make_exchange(endpoint: str, content_type: str = NDJSON, status: int = 200) -> Exchange:
-    return Exchange(
-        method="POST",
-        path=endpoint,
-        query="",
-        endpoint=endpoint,
-        client="127.0.0.1",
-        request_headers={},
+    return new_exchange(
+        endpoint,
         id="test-1",
         started=100.0,
         started_wall=1_760_000_000.0,

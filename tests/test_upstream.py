@@ -15,10 +15,11 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from proxy.config import Settings
-from proxy.exchange import Exchange, Outcome, Usage
+from proxy.exchange import Outcome, Usage
 from proxy.metrics import MetricsObserver
 from proxy.names import ModelLabels
 from proxy.upstream import UpstreamPoller
+from tests.exchanges import new_exchange
 
 DIGEST_A, DIGEST_B, DIGEST_A2 = "a" * 64, "b" * 64, "c" * 64
 
@@ -239,7 +240,7 @@ async def test_poke_ps_reads_ps_soon(rig: Rig, fake: FakeOllama) -> None:
 async def test_utilization_uses_the_polled_num_ctx(rig: Rig) -> None:
     await rig.poller.poll()
     observer = MetricsObserver(rig.registry, rig.labels, rig.poller)
-    ex = Exchange("POST", "/api/chat", "", "/api/chat", "127.0.0.1", {}, started=1.0)
+    ex = new_exchange("/api/chat", started=1.0)
     ex.request.model, ex.status, ex.outcome, ex.ended = "llama3.2", 200, Outcome.OK, 3.0
     ex.usage = Usage(prompt_eval_count=1000, eval_count=24, has_timings=True)
     observer.request(ex)

@@ -12,6 +12,7 @@ import orjson
 from proxy.config import Settings
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
 from proxy.recorder import Recorder
+from tests.exchanges import new_exchange
 
 WALL0 = 1_750_000_000.0
 MONO0 = 5_000.0
@@ -62,11 +63,10 @@ def exchange(
     """An exchange as the forwarder leaves it at the request hook."""
     raw = body if isinstance(body, bytes | None) else orjson.dumps(body)
     parsed = orjson.loads(raw) if raw else {}
-    ex = Exchange(
+    ex = new_exchange(
+        endpoint,
         method=method,
-        path=endpoint,
         query="client=app&key=QUERY-SECRET",
-        endpoint=endpoint,
         client="10.1.2.3",
         request_headers={
             "Authorization": SECRET_HEADER,

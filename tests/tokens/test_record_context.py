@@ -51,6 +51,13 @@ async def start(proxy_factory: MakeProxy, fake_ollama: FakeOllama, **settings: A
     raise AssertionError("the poller never learned the model's digest")
 
 
+async def generated(proxy_factory: MakeProxy, fake_ollama: FakeOllama, **settings: Any) -> Proxy:
+    """A proxy that has recorded one plain generate, whose reply carries the context ids."""
+    proxy = await start(proxy_factory, fake_ollama, **settings)
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    return proxy
+
+
 async def api_record(proxy: Proxy, query: str = "") -> dict[str, Any]:
     [summary] = await records(proxy, 1)
     url = f"{proxy.url}/_tap/api/records/{summary['id']}{query}"
@@ -126,8 +133,7 @@ async def test_upstream_down_is_said_not_a_crash(
     fake_ollama: FakeOllama,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    proxy = await start(proxy_factory, fake_ollama)
-    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    proxy = await generated(proxy_factory, fake_ollama)
     [summary] = await records(proxy, 1)
     db, down = str(proxy.settings.db_path), closed_port_url()
     code, out, _ = await cli(capsys, "records", "show", summary["id"], "--db", db, "--url", down)
@@ -145,8 +151,7 @@ async def test_metadata_mode_keeps_only_the_count(
     fake_ollama: FakeOllama,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    proxy = await start(proxy_factory, fake_ollama, record="metadata")
-    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    proxy = await generated(proxy_factory, fake_ollama, record="metadata")
     record = await api_record(proxy)
     decoded = record["decoded_context"]
     assert (decoded["reason"], decoded["text"], decoded["ids_count"]) == (
@@ -193,13 +198,9 @@ async def test_raw_generate_says_raw(
 
 
 async def test_a_newer_version_upstream_is_not_used(
-    served: Vectors,
-    proxy_factory: MakeProxy,
-    fake_ollama: FakeOllama,
-    capsys: pytest.CaptureFixture[str],
+    served: Vectors, proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
-    proxy = await start(proxy_factory, fake_ollama)
-    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    proxy = await generated(proxy_factory, fake_ollama)
     recorded = fake_ollama.models[MODEL].digest
     fake_ollama.models[MODEL].digest = "f" * 64  # `ollama pull` brought a new version
     decoded = (await api_record(proxy))["decoded_context"]
