@@ -117,16 +117,26 @@ class Workload:
     """Streams at once."""
     tokens: int
     delay: float
-    """Seconds between tokens (0: as fast as possible)."""
+    """Seconds between tokens (0: as fast as the upstream turns, one token per turn)."""
     waves: int = 1
     """How many times the batch of streams runs, one after the other, per round."""
+    flood: bool = False
+    """The upstream writes each whole stream in one go (see bench/upstream.py)."""
+    staggered: bool = False
+    """Stream i starts i/streams of a token period late, on a connection opened beforehand,
+    as independent clients' requests arrive; otherwise all start at once, and each round's
+    streams open fresh connections together (the worst case for a relay)."""
 
 
 WORKLOADS = [
     Workload("single (one stream at a time, 5 ms/token)", 1, 20, 0.005, waves=40),
     Workload("burst (500 tokens asap, 8 at once)", 8, 500, 0.0),
+    Workload(
+        "flood (500 tokens written in one go, 8 at once; not a target)", 8, 500, 0.0, flood=True
+    ),
     Workload("paced (5 ms/token, 64 at once)", 64, 200, 0.005),
     Workload("light (5 ms/token, 8 at once)", 8, 100, 0.005),
+    Workload("light, staggered (5 ms/token, 8 streams)", 8, 100, 0.005, waves=4, staggered=True),
 ]
 
 
@@ -143,12 +153,17 @@ async def wait_up(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-async def one_stream(session: aiohttp.ClientSession, url: str, w: Workload) -> tuple[float, int]:
+async def one_stream(
+    session: aiohttp.ClientSession, url: str, w: Workload, i: int = 0
+) -> tuple[float, int]:
+    if w.staggered:
+        await asyncio.sleep(i * w.delay / w.streams)
     start = time.perf_counter()
     ttft = -1.0
     lines = 0
     async with session.post(
-        url + "/api/generate", json={"model": "bench", "n": w.tokens, "delay": w.delay}
+        url + "/api/generate",
+        json={"model": "bench", "n": w.tokens, "delay": w.delay, "flood": w.flood},
     ) as resp:
         async for _ in resp.content:
             if ttft < 0:
@@ -159,12 +174,15 @@ async def one_stream(session: aiohttp.ClientSession, url: str, w: Workload) -> t
 
 async def run_round(target: Target, w: Workload) -> tuple[list[float], int, float]:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        await one_stream(session, target.url, Workload("warm", 1, 5, 0))
+        warm = Workload("warm", 1, 5, 0)
+        await asyncio.gather(
+            *(one_stream(session, target.url, warm) for _ in range(w.streams if w.staggered else 1))
+        )
         before = cpu_seconds(target.pids)
         results = []
         for _ in range(w.waves):
             results += await asyncio.gather(
-                *(one_stream(session, target.url, w) for _ in range(w.streams))
+                *(one_stream(session, target.url, w, i) for i in range(w.streams))
             )
         cpu = cpu_seconds(target.pids) - before
     ttfts = [r[0] for r in results]

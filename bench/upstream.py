@@ -19,14 +19,22 @@ FINAL = (
 
 
 async def generate(request: web.Request) -> web.StreamResponse:
-    """Stream `n` tokens, `delay` seconds apart, then Ollama's final object."""
+    """Stream `n` tokens, `delay` seconds apart, then Ollama's final object.
+
+    Each token is written on a turn of its own, even at `delay` 0: Ollama's handlers write
+    one token per decode step, so streams running at once interleave token by token. With
+    `"flood": true` the whole stream is written in one go instead (aiohttp's `write` does
+    not yield below its buffer limit): hundreds of lines reach the relay per read, which
+    measures bulk line parsing rather than anything a model produces.
+    """
     body = await request.json()
     n, delay = int(body.get("n", 500)), float(body.get("delay", 0))
+    flood = bool(body.get("flood", False))
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
     for _ in range(n):
         await resp.write(TOKEN)
-        if delay:
+        if not flood:
             await asyncio.sleep(delay)
     await resp.write(FINAL % n)
     return resp
