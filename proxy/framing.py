@@ -48,20 +48,22 @@ def _chomp(line: bytes) -> bytes:
     return line[:-1] if line.endswith(b"\r") else line
 
 
-class LineSplitter:
+class LineSplitter(_RawLines):
     """NDJSON framing: complete lines without their "\\n" (nor a "\\r" before it).
 
     Empty lines are returned as ``b""`` (Ollama never sends them; readers skip them).
     """
 
-    __slots__ = ("_lines",)
-
-    def __init__(self) -> None:
-        self._lines = _RawLines()
+    __slots__ = ()
 
     def feed(self, data: bytes) -> list[bytes]:
         """The lines completed by `data`; a partial last line is carried to the next call."""
-        lines = self._lines.feed(data)
+        if not self._tail and data.endswith(b"\n") and _CR not in data:
+            # Nearly every read of a stream: whole lines, nothing carried in or out.
+            lines = data.split(b"\n")
+            lines.pop()
+            return lines
+        lines = super().feed(data)
         if _CR in data:
             return [_chomp(line) for line in lines]
         # Without "\r" in `data`, only a first line completing a carried "...\r" ends in one.
@@ -71,7 +73,7 @@ class LineSplitter:
 
     def flush(self) -> bytes | None:
         """The unterminated tail at EOF (a final line without "\\n"), or None if empty."""
-        tail = self._lines.flush()
+        tail = super().flush()
         return (_chomp(tail) or None) if tail is not None else None
 
 

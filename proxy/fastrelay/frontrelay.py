@@ -210,12 +210,19 @@ class FrontRelay(FastRelay):
         return WRITTEN
 
     def write_body(self, client: asyncio.Transport, data: bytes) -> None:
+        if self.head_sent:
+            # Every piece after the first (the per-token path): no head to join. An empty
+            # piece must not become a chunk: "0\r\n\r\n" would end the reply.
+            if self.chunked and data:
+                client.writelines(wire.chunk_frames(data))
+            elif data:
+                client.write(data)
+            return
         frames: tuple[bytes, ...] = (
             wire.chunk_frames(data) if self.chunked and data else (data,) if data else ()
         )
-        if not self.head_sent:
-            self.head_sent = True
-            frames = (self.head, *frames)
+        self.head_sent = True
+        frames = (self.head, *frames)
         if len(frames) == 1:
             client.write(frames[0])
         elif frames:
