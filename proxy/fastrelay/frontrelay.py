@@ -165,6 +165,7 @@ class FrontRelay(FastRelay):
     """
 
     head: bytes = b""
+    began = False
     head_sent = False
 
     def reply_started(self) -> bool:
@@ -182,16 +183,38 @@ class FrontRelay(FastRelay):
             and reply.error is None
         )
 
-    async def relay_reply(self, reply: Reply) -> web.StreamResponse:
+    def head_arrived(self) -> None:
+        # Inside the upstream socket's callback: the head is answered and the body of the
+        # same read relayed before this callback returns, a loop turn sooner than the task
+        # would. A bug is kept for the task to raise (the exchange ends as `proxy_error`).
+        reply = self.reply
+        if self.ended or self.began or reply is None:
+            return
+        try:
+            self.begin(reply)
+        except Exception as exc:
+            self.bug = exc
+            self.stop_upstream()
+
+    def begin(self, reply: Reply) -> None:
+        """Fill the Exchange from the reply's head, fire `response_headers`, and take the
+        body from here on; the head goes out with the first body piece (or alone, from the
+        task, when the read that brought it carried none)."""
+        self.began = True
         request: FrontRequest = self.request  # type: ignore[assignment]
         headers = CIMultiDictProxy(CIMultiDict(reply.headers))
-        reader = self.reader = self.note_reply(reply.status, headers)
+        self.reader = self.note_reply(reply.status, headers)
         self.client = request.transport
         self.head, self.chunked = response_head(
             reply.status, reply.reason, headers, request.method, request.keep_alive
         )
         reply.attach(self)
-        if not self.head_sent and not self.gone:
+
+    async def relay_reply(self, reply: Reply) -> web.StreamResponse:
+        request: FrontRequest = self.request  # type: ignore[assignment]
+        if self.bug is None and not self.began:
+            self.begin(reply)
+        if self.bug is None and not self.head_sent and not self.gone:
             self.write_body(request.transport, b"")
         await self.pump(reply, request.protocol)
         if self.bug is not None:
@@ -199,6 +222,7 @@ class FrontRelay(FastRelay):
         if self.gone or (request.transport.is_closing() and not self.delivered()):
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return WRITTEN
+        reader = self.reader
         if reply.error is not None:
             self.end_cut(reader, reply.error)
             return WRITTEN

@@ -95,6 +95,7 @@ class FastRelay(_Relay):
             reply = self.reply = conn.send(
                 head + (body or b""), request.method == "HEAD", not streamed
             )
+            reply.on_head = self.head_arrived
             if streamed:
                 chunked = headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
                 self.uploading = asyncio.create_task(self.stream_up(conn, data, chunked))  # type: ignore[arg-type]
@@ -113,6 +114,11 @@ class FastRelay(_Relay):
                 retry = False
                 continue
             return reply
+
+    def head_arrived(self) -> None:
+        """The reply's head was parsed (inside the upstream socket's callback). This relay
+        answers through aiohttp's response, whose head is written from the handler: it
+        waits for the task. The front's relay begins its reply right here."""
 
     async def stream_up(
         self, conn: UpstreamConnection, chunks: AsyncIterator[bytes], chunked: bool

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import httptools
@@ -45,6 +46,10 @@ class Reply:
         self.reason = ""
         self.headers: list[tuple[str, str]] = []
         self.sink: ReplySink | None = None
+        self.on_head: Callable[[], None] | None = None
+        """Called inside the socket callback once the head is parsed, before any body byte
+        is handed on: a relay that can begin its reply there (attach a sink, write) saves
+        the loop turn of waking the task that awaits `head`. Must not raise."""
         self.pending: list[bytes] = []
         self.received = False
         """Some byte of the reply arrived (a request that got one is never retried)."""
@@ -82,6 +87,8 @@ class Reply:
         self.status = status
         self.until_close = self._reads_until_close()
         self.head.set_result(None)
+        if self.on_head is not None:
+            self.on_head()
         if self.head_only:
             self._end(None, self.parser.should_keep_alive())
 
