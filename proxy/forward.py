@@ -126,6 +126,9 @@ class Forwarder:
             endpoint=ollama.endpoint_of(request.rel_url.raw_path),
             client=request.remote or "",
             request_headers=dict(request.headers),
+            # DESIGN's client-side clock starts when the request head arrived: the front
+            # says when; aiohttp's server does not, and its handler starts a little later.
+            started=getattr(request, "arrived", None) or time.monotonic(),
         )
         relay = (make_relay or self._make_relay)(self, request, ex)
         task = asyncio.current_task()
@@ -266,15 +269,24 @@ class _Relay:
     def note_reply(self, status: int, headers: CIMultiDictProxy[str]) -> ollama.Reader | None:
         """Fill the Exchange from the reply's head, fire `response_headers`, and return the
         reader for the body."""
+        reader = self.note_head(status, headers)
+        self.announce_reply()
+        return reader
+
+    def note_head(self, status: int, headers: CIMultiDictProxy[str]) -> ollama.Reader | None:
+        """Fill the Exchange from the reply's head; the reader for the body."""
         ex = self.ex
         ex.response_started = time.monotonic()
         ex.status = status
         ex.response_headers = dict(headers)
         ex.content_type = headers.get(hdrs.CONTENT_TYPE, "")
         ex.streamed = ollama.is_streamed(ex.content_type)
-        self.fire_request()
-        self.hooks.response_headers(ex)
         return ollama.reader_for(ex, self.fwd.settings.reply_tee_limit)
+
+    def announce_reply(self) -> None:
+        """Fire `request` (if the request side has not yet) and `response_headers`."""
+        self.fire_request()
+        self.hooks.response_headers(self.ex)
 
     def read_piece(self, reader: ollama.Reader | None, data: bytes) -> None:
         """Bytes just written to the client: count them and let the reader see them."""

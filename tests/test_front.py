@@ -383,3 +383,24 @@ async def test_many_pipelined_requests_in_one_read_are_not_a_large_head(
     assert conn.task is not None
     conn.task.cancel()
     conn.connection_lost(None)
+
+
+async def test_a_pipelined_request_is_timed_from_its_arrival(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    """DESIGN's client-side clock starts when the request head arrives: a request pipelined
+    behind a slow one waits for it, and its time to first token says so (it is what its
+    client saw), instead of starting when the front got round to it."""
+    ends = Ends()
+    proxy = await proxy_factory(relay="fast", observers=(ends,))
+    fake_ollama.script = Script(prefill_delay=0.3)
+    reader, writer = await connect(proxy)
+    second = orjson.dumps({"model": "llama3.2", "prompt": "two"})
+    writer.write(post("/api/generate", GENERATE) + post("/api/generate", second))
+    for _ in range(2):
+        assert (await read_response(reader))[0] == "HTTP/1.1 200 OK"
+    writer.close()
+    first, later = ends.ended
+    assert first.ended is not None and later.ttft is not None
+    assert later.started < first.ended  # its clock ran while it waited
+    assert later.ttft >= 0.55  # both prefills of 0.3 s

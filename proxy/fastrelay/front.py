@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import socket
+import time
 from collections.abc import Callable
 from typing import Any, Final, Literal, cast
 
@@ -272,6 +273,7 @@ class FrontConnection(asyncio.Protocol):
                 self.head_size += len(name) + len(value)
 
     def on_headers_complete(self) -> None:
+        arrived = time.monotonic()
         self.in_head = False
         parser = self.parser
         method = parser.get_method().decode("ascii", "surrogateescape")
@@ -284,6 +286,7 @@ class FrontConnection(asyncio.Protocol):
             parser.should_keep_alive() and not self.front.closing,
             _has_body(self.header_list),
         )
+        request.arrived = arrived
         request.longest_field = self.longest_field
         if not self.front.serves(method, parser.get_http_version(), request, target):
             self.pending = "hand-off" if self.whole else "refuse"

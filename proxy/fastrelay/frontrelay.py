@@ -139,6 +139,8 @@ class FrontRequest:
         self.body_exists = has_body
         self.longest_field = 0
         """Bytes of the longest header name or value (aiohttp refuses past its limit)."""
+        self.arrived: float | None = None
+        """Monotonic time the head was parsed: where the exchange's clock starts."""
         self.content = BodyStream(conn)
         if not has_body:
             self.content.feed_eof()
@@ -166,6 +168,7 @@ class FrontRelay(FastRelay):
 
     head: bytes = b""
     began = False
+    announced = False
     head_sent = False
 
     def reply_started(self) -> bool:
@@ -197,13 +200,13 @@ class FrontRelay(FastRelay):
             self.stop_upstream()
 
     def begin(self, reply: Reply) -> None:
-        """Fill the Exchange from the reply's head, fire `response_headers`, and take the
-        body from here on; the head goes out with the first body piece (or alone, from the
-        task, when the read that brought it carried none)."""
+        """Fill the Exchange from the reply's head and take the body from here on; the head
+        goes out with the first body piece (or alone, from the task, when the read that
+        brought it carried none), and `response_headers` fires once it is out."""
         self.began = True
         request: FrontRequest = self.request  # type: ignore[assignment]
         headers = CIMultiDictProxy(CIMultiDict(reply.headers))
-        self.reader = self.note_reply(reply.status, headers)
+        self.reader = self.note_head(reply.status, headers)
         self.client = request.transport
         self.head, self.chunked = response_head(
             reply.status, reply.reason, headers, request.method, request.keep_alive
@@ -251,6 +254,22 @@ class FrontRelay(FastRelay):
             client.write(frames[0])
         elif frames:
             client.writelines(frames)
+        # The observers hear of the reply once its head is on its way, not before: when
+        # the upstream answered within the loop turn that sent it the request (it often
+        # does: the kernel runs it on this core as soon as the request is written), the
+        # request hook has not run yet, and parsing the request for it (tens of
+        # microseconds) would otherwise delay the client's first token.
+        self.announce()
+
+    def announce(self) -> None:
+        if not self.announced:
+            self.announced = True
+            self.announce_reply()
+
+    def finish(self, outcome: Outcome) -> None:
+        if self.began:
+            self.announce()  # the head came, but the client never got it
+        super().finish(outcome)
 
 
 def response_head(
