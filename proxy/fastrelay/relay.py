@@ -103,8 +103,9 @@ class FastRelay(_Relay):
                 # The whole request is on its way: parse it and tell the observers while
                 # Ollama works. Scheduled rather than called: requests that arrived together
                 # are all sent before any of them is parsed (each one's TTFT waits for the
-                # others' sends only). Idempotent: `response_headers` or the end fire it
-                # first if they come first.
+                # others' sends only). Idempotent: the reply's head or the end fire it first
+                # if they come first, as they often do when Ollama answers at once (the
+                # kernel runs it on this core the moment the request is written).
                 asyncio.get_running_loop().call_soon(self.fire_request)
             try:
                 await reply.head
