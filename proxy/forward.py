@@ -101,6 +101,7 @@ class Forwarder:
         self._in_flight: set[asyncio.Task[Any]] = set()
         up = settings.upstream_url
         self.upstream = up
+        self._path_prefix = up.raw_path.rstrip("/")
         host = f"[{up.host}]" if up.host and ":" in up.host else str(up.host)
         self.upstream_host = f"{host}:{up.port}" if up.port else host
         self.timeout = aiohttp.ClientTimeout(
@@ -108,10 +109,15 @@ class Forwarder:
         )
 
     def target(self, request: web.Request) -> URL:
+        return URL(str(self.upstream).rstrip("/") + request.rel_url.raw_path_qs, encoded=True)
+
+    def target_path(self, request: web.Request) -> str:
+        """`target(request)`'s path and query, without building a URL (the same string:
+        yarl leaves an encoded path as it is, `//` and dot segments included)."""
         # The client's exact path and query encoding; only the origin (and Ollama's path
         # prefix, if OLLAMA_HOST had one) changes. rel_url, not raw_path: a request line in
         # absolute form (`GET http://host/api/tags`) must not carry its origin along.
-        return URL(str(self.upstream).rstrip("/") + request.rel_url.raw_path_qs, encoded=True)
+        return self._path_prefix + request.rel_url.raw_path_qs
 
     async def handle(
         self,

@@ -386,3 +386,34 @@ async def test_an_upload_answered_early_that_stalls_loses_its_connection(
     await reader.readuntil(b"\r\n\r\nno")
     assert await asyncio.wait_for(reader.read(), 3) == b""  # cut after the lingering time
     writer.close()
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_an_upstream_path_prefix_is_kept_and_the_target_sent_as_is(
+    relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    """OLLAMA_HOST may carry a path (Ollama behind a path-routing proxy): it goes before the
+    client's target, and the target keeps its exact encoding (`//`, dot segments, `%2F`)."""
+    lines: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while head := await read_head(reader):
+            if b"X-Test: prefix" in head:  # not the proxy's own pollers
+                lines.append(head.split(b"\r\n", 1)[0])
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    upstream = await raw_upstream(serve) + "/ollama/"
+    proxy = await proxy_factory(relay=relay, upstream=upstream)
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    for target in ("/api/tags", "//api/tags", "/api/../api/tags?x=%2F&y=a+b"):
+        writer.write(
+            f"GET {target} HTTP/1.1\r\nHost: localhost:11435\r\nX-Test: prefix\r\n\r\n".encode()
+        )
+        assert (await read_head(reader)).startswith(b"HTTP/1.1 200")
+        assert await reader.readexactly(2) == b"{}"
+    writer.close()
+    assert lines == [
+        b"GET /ollama/api/tags HTTP/1.1",
+        b"GET /ollama//api/tags HTTP/1.1",
+        b"GET /ollama/api/../api/tags?x=%2F&y=a+b HTTP/1.1",
+    ]

@@ -87,7 +87,7 @@ class FastRelay(_Relay):
         wire.frame_headers(headers, body, streamed)
         if data is None and wire.needs_zero_length(request.method, headers):
             headers[hdrs.CONTENT_LENGTH] = "0"
-        target = self.fwd.target(request).raw_path_qs
+        target = self.fwd.target_path(request)
         head = wire.request_head(request.method, target, headers)
         retry = request.method in _IDEMPOTENT and not streamed
         while True:
