@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 
 import orjson
 import pytest
@@ -404,3 +405,16 @@ async def test_a_pipelined_request_is_timed_from_its_arrival(
     assert first.ended is not None and later.ttft is not None
     assert later.started < first.ended  # its clock ran while it waited
     assert later.ttft >= 0.55  # both prefills of 0.3 s
+
+
+async def test_client_connections_use_tcp_keepalive(proxy_factory: MakeProxy) -> None:
+    """As with aiohttp's server, a client that vanished without a word is found out by TCP
+    (the front sets it on the listening socket, which accepted connections inherit)."""
+    proxy = await proxy_factory(relay="fast")
+    reader, writer = await connect(proxy)
+    writer.write(get("/api/version"))
+    await read_response(reader)
+    [conn] = connections(proxy)
+    sock = conn.transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+    writer.close()

@@ -186,12 +186,6 @@ class FrontConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.remote = str(peer[0]) if isinstance(peer, tuple) else ""
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            # As aiohttp's server: a client that vanished without a word (a laptop closed
-            # during a long prefill) is found out by TCP, and its exchange ends.
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self.front.connections.add(self)
         self._arm_idle()
 
@@ -478,3 +472,9 @@ class FrontSite(web.TCPSite):
             reuse_address=self._reuse_address,
             reuse_port=self._reuse_port,
         )
+        for sock in self._server.sockets:
+            # As aiohttp's server: a client that vanished without a word (a laptop closed
+            # during a long prefill) is found out by TCP, and its exchange ends. Set on the
+            # listening socket, every accepted one inherits it: no call per connection.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
