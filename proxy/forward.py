@@ -40,12 +40,16 @@ HOP_BY_HOP: Final = frozenset(
 _SERVER_ADDED: Final = (hdrs.SERVER, hdrs.DATE, hdrs.CONTENT_TYPE)
 
 
-def _hop_by_hop(headers: CIMultiDictProxy[str]) -> frozenset[str]:
-    """Lower-case names to drop: the fixed set plus those the Connection header names."""
+_NOT_UPSTREAM: Final = HOP_BY_HOP | {"host"}
+"""What never goes upstream as the client sent it (Host is rewritten)."""
+
+
+def _hop_by_hop(headers: CIMultiDictProxy[str], fixed: frozenset[str]) -> frozenset[str]:
+    """Lower-case names to drop: `fixed` plus those the Connection header names."""
     listed = headers.getall(hdrs.CONNECTION, ())
     if not listed:
-        return HOP_BY_HOP  # nearly every request and reply: no set to build
-    return HOP_BY_HOP | {t.strip().lower() for v in listed for t in v.split(",")}
+        return fixed  # nearly every request and reply: no set to build
+    return fixed | {t.strip().lower() for v in listed for t in v.split(",")}
 
 
 def _without(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDict[str]:
@@ -54,13 +58,13 @@ def _without(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDic
 
 def upstream_headers(headers: CIMultiDictProxy[str], host: str) -> CIMultiDict[str]:
     """The client's headers minus hop-by-hop ones, with Host rewritten to the upstream's."""
-    out = _without(headers, _hop_by_hop(headers) | {"host"})
+    out = _without(headers, _hop_by_hop(headers, _NOT_UPSTREAM))
     out[hdrs.HOST] = host
     return out
 
 
 def downstream_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    return _without(headers, _hop_by_hop(headers))
+    return _without(headers, _hop_by_hop(headers, HOP_BY_HOP))
 
 
 class RelayResponse(web.StreamResponse):

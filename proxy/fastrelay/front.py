@@ -261,7 +261,10 @@ class FrontConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.current is None:  # else a chunked body's trailer: not relayed
-            self.header_list.append((text(name), text(value)))
+            # wire.text inline: a call less per name and value of every request.
+            self.header_list.append(
+                (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+            )
             self.longest_field = max(self.longest_field, len(name), len(value))
             if not self.head_was_open:
                 self.head_size += len(name) + len(value)

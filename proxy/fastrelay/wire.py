@@ -41,15 +41,17 @@ def needs_zero_length(method: str, headers: CIMultiDict[str]) -> bool:
 def head(first_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
     """A request or status line and its headers as HTTP/1.1 bytes, ending with the blank line
     (header bytes that were not UTF-8 go back out as they came: surrogateescape)."""
-    lines = [first_line, *(f"{k}: {v}" for k, v in headers)]
+    lines = [first_line]
+    lines += [f"{k}: {v}" for k, v in headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
 
 def request_head(method: str, target: str, headers: CIMultiDict[str]) -> bytes:
     """The request line and headers, Host first (as aiohttp's client orders them)."""
-    items = list(headers.items())
-    host = [(k, v) for k, v in items if k.lower() == "host"]
-    rest = [(k, v) for k, v in items if k.lower() != "host"]
+    host: list[tuple[str, str]] = []
+    rest: list[tuple[str, str]] = []
+    for item in headers.items():  # one pass: this runs for every request
+        (host if item[0].lower() == "host" else rest).append(item)
     return head(f"{method} {target} HTTP/1.1", host + rest)
 
 
