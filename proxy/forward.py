@@ -129,6 +129,9 @@ class Forwarder:
         make_relay: MakeRelay | None = None,
     ) -> web.StreamResponse:
         """Relay one request; `make_relay` overrides the relay (the front's own)."""
+        # DESIGN's client-side clock starts when the request head arrived: the front says
+        # when; aiohttp's server does not, and its handler starts a little later.
+        arrived = getattr(request, "arrived", None) or time.monotonic()
         ex = Exchange(
             method=request.method,
             path=request.path,
@@ -136,9 +139,8 @@ class Forwarder:
             endpoint=ollama.endpoint_of(request.rel_url.raw_path),
             client=request.remote or "",
             request_headers=dict(request.headers),
-            # DESIGN's client-side clock starts when the request head arrived: the front
-            # says when; aiohttp's server does not, and its handler starts a little later.
-            started=getattr(request, "arrived", None) or time.monotonic(),
+            started=arrived,
+            started_wall=time.time() - (time.monotonic() - arrived),
         )
         relay = (make_relay or self._make_relay)(self, request, ex)
         task = asyncio.current_task()
@@ -298,9 +300,8 @@ class _Relay:
         self.fire_request()
         self.hooks.response_headers(self.ex)
 
-    def read_piece(self, reader: ollama.Reader | None, data: bytes) -> None:
-        """Bytes just written to the client: count them and let the reader see them."""
-        at = time.monotonic()
+    def read_piece(self, reader: ollama.Reader | None, data: bytes, at: float) -> None:
+        """Bytes written to the client at `at`: count them and let the reader see them."""
         self.ex.response_bytes += len(data)
         if reader is not None:
             self.outputs(reader.feed(data, at))
@@ -329,7 +330,7 @@ class _Relay:
             await resp.prepare(self.request)
             async for data in up.content.iter_any():
                 await resp.write(data)
-                self.read_piece(reader, data)
+                self.read_piece(reader, data, time.monotonic())
         except ConnectionResetError:
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return resp

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -417,3 +418,76 @@ async def test_an_upstream_path_prefix_is_kept_and_the_target_sent_as_is(
         b"GET /ollama//api/tags HTTP/1.1",
         b"GET /ollama/api/../api/tags?x=%2F&y=a+b HTTP/1.1",
     ]
+
+
+_HEAD_AND_FIRST_PIECE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b'1f\r\n{"response":"hi","done":false}\n\r\n'
+)
+_REST = b'14\r\n{"done":true,"x":1}\n\r\n0\r\n\r\n'
+
+
+async def _one_read_upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Ollama's head and first token in one read, the rest a little later."""
+    while await read_head(reader):
+        await reader.readexactly(2)  # the `{}` body
+        writer.write(_HEAD_AND_FIRST_PIECE)
+        await asyncio.sleep(0.05)
+        writer.write(_REST)
+
+
+class SlowHeads(Recorder):
+    """Takes a quarter of a second over `response_headers` (a slow third-party observer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended: list[Exchange] = []
+
+    def response_headers(self, ex: Exchange) -> None:
+        super().response_headers(ex)
+        time.sleep(0.25)
+
+    def response(self, ex: Exchange) -> None:
+        super().response(ex)
+        self.ended.append(ex)
+
+
+async def test_observers_time_is_not_the_clients(
+    proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    """The front tells the observers of a reply right after its head went out; the first
+    piece is still stamped when it was written, not after them (TTFT is the client's)."""
+    observer = SlowHeads()
+    proxy = await proxy_factory(
+        relay="fast", upstream=await raw_upstream(_one_read_upstream), observers=(observer,)
+    )
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/api/generate", data=b"{}") as resp:
+            assert await resp.read() == b'{"response":"hi","done":false}\n{"done":true,"x":1}\n'
+    [ex] = observer.ended
+    assert [name for name, _ in observer.calls] == [
+        "request", "response_headers", "chunk", "response"
+    ]  # fmt: skip
+    assert ex.first_output is not None and ex.response_started is not None
+    assert ex.first_output - ex.response_started < 0.2  # written before the 0.25 s hook
+
+
+async def test_a_head_that_failed_is_not_announced(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug while taking the reply's head ends the exchange as `proxy_error` with a 500:
+    observers are not told of a head (and status) the client never got."""
+    from proxy.fastrelay import frontrelay
+
+    def broken(*args: Any) -> tuple[bytes, bool]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(frontrelay, "response_head", broken)
+    recorder = Recorder()
+    proxy = await proxy_factory(relay="fast", observers=(recorder,))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/api/generate", json={"model": "llama3.2"}) as resp:
+            assert resp.status == 500
+            assert "internal error" in (await resp.json())["error"]
+    assert [name for name, _ in recorder.calls] == ["request", "error"]
+    assert recorder.calls[-1][1][6] is Outcome.PROXY_ERROR

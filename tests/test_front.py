@@ -405,6 +405,9 @@ async def test_a_pipelined_request_is_timed_from_its_arrival(
     assert first.ended is not None and later.ttft is not None
     assert later.started < first.ended  # its clock ran while it waited
     assert later.ttft >= 0.55  # both prefills of 0.3 s
+    # The wall clock (the record's start) tells the same moment, not the 0.3 s later one.
+    apart = (later.started_wall - first.started_wall) - (later.started - first.started)
+    assert abs(apart) < 0.1
 
 
 async def test_client_connections_use_tcp_keepalive(proxy_factory: MakeProxy) -> None:

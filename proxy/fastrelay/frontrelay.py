@@ -203,7 +203,6 @@ class FrontRelay(FastRelay):
         """Fill the Exchange from the reply's head and take the body from here on; the head
         goes out with the first body piece (or alone, from the task, when the read that
         brought it carried none), and `response_headers` fires once it is out."""
-        self.began = True
         request: FrontRequest = self.request  # type: ignore[assignment]
         headers = CIMultiDictProxy(CIMultiDict(reply.headers))
         self.reader = self.note_head(reply.status, headers)
@@ -211,6 +210,9 @@ class FrontRelay(FastRelay):
         self.head, self.chunked = response_head(
             reply.status, reply.reason, headers, request.method, request.keep_alive
         )
+        # Only a head taken whole counts: one that failed is never announced (the exchange
+        # ends as `proxy_error` with the proxy's 500, which is not what the upstream said).
+        self.began = True
         reply.attach(self)
 
     async def relay_reply(self, reply: Reply) -> web.StreamResponse:
@@ -236,7 +238,7 @@ class FrontRelay(FastRelay):
         self.finish(ollama.outcome_of(self.ex, reader))
         return WRITTEN
 
-    def write_body(self, client: asyncio.Transport, data: bytes) -> None:
+    def write_body(self, client: asyncio.Transport, data: bytes) -> float:
         if self.head_sent:
             # Every piece after the first (the per-token path): no head to join. An empty
             # piece must not become a chunk: "0\r\n\r\n" would end the reply.
@@ -244,7 +246,7 @@ class FrontRelay(FastRelay):
                 client.writelines(wire.chunk_frames(data))
             elif data:
                 client.write(data)
-            return
+            return time.monotonic()
         frames: tuple[bytes, ...] = (
             wire.chunk_frames(data) if self.chunked and data else (data,) if data else ()
         )
@@ -254,12 +256,14 @@ class FrontRelay(FastRelay):
             client.write(frames[0])
         elif frames:
             client.writelines(frames)
+        at = time.monotonic()  # before the observers run: their time is not the client's
         # The observers hear of the reply once its head is on its way, not before: when
         # the upstream answered within the loop turn that sent it the request (it often
         # does: the kernel runs it on this core as soon as the request is written), the
         # request hook has not run yet, and parsing the request for it (tens of
         # microseconds) would otherwise delay the client's first token.
         self.announce()
+        return at
 
     def announce(self) -> None:
         if not self.announced:

@@ -4,6 +4,7 @@ head; the body is relayed to the client from the upstream socket's callback."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Final, Protocol
 
@@ -180,8 +181,7 @@ class FastRelay(_Relay):
             self.client_left()
             return
         try:
-            self.write_body(client, data)
-            self.read_piece(self.reader, data)
+            self.read_piece(self.reader, data, self.write_body(client, data))
         except Exception as exc:
             # A bug of ours must not escape into the event loop's socket callback: the
             # handler re-raises it and the exchange ends as `proxy_error`.
@@ -195,11 +195,13 @@ class FastRelay(_Relay):
                 self.conn.pause_reading()
             self.wake()
 
-    def write_body(self, client: asyncio.Transport, data: bytes) -> None:
+    def write_body(self, client: asyncio.Transport, data: bytes) -> float:
+        """Write a body piece to the client; the monotonic time it was written."""
         if self.chunked:
             client.writelines(wire.chunk_frames(data))
         else:
             client.write(data)
+        return time.monotonic()
 
     def reply_end(self) -> None:
         self.wake()
