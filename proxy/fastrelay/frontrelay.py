@@ -8,7 +8,7 @@ import collections
 import email.utils
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from aiohttp import hdrs, web
 from aiohttp.http import SERVER_SOFTWARE
@@ -162,14 +162,20 @@ class FrontRequest:
 class FrontRelay(FastRelay):
     """The fast relay, writing the client's response itself instead of through aiohttp.
 
-    The head is what aiohttp's server made of the same reply (see `response_head`), sent in
-    the same write as the first body piece; the body pieces are written as they arrive.
+    The head is what aiohttp's server made of the same reply (see `response_head`), taken
+    inside the upstream socket's callback as soon as it is parsed and sent in the same
+    write as the first body piece; the body pieces are written as they arrive. The task
+    that sent the request only waits for the end (and writes a head that came alone).
     """
 
     head: bytes = b""
     began = False
     announced = False
     head_sent = False
+
+    @property
+    def front_request(self) -> FrontRequest:
+        return cast(FrontRequest, self.request)
 
     def reply_started(self) -> bool:
         return self.head_sent
@@ -203,7 +209,7 @@ class FrontRelay(FastRelay):
         """Fill the Exchange from the reply's head and take the body from here on; the head
         goes out with the first body piece (or alone, from the task, when the read that
         brought it carried none), and `response_headers` fires once it is out."""
-        request: FrontRequest = self.request  # type: ignore[assignment]
+        request = self.front_request
         headers = CIMultiDictProxy(CIMultiDict(reply.headers))
         self.reader = self.note_head(reply.status, headers)
         self.client = request.transport
@@ -216,7 +222,7 @@ class FrontRelay(FastRelay):
         reply.attach(self)
 
     async def relay_reply(self, reply: Reply) -> web.StreamResponse:
-        request: FrontRequest = self.request  # type: ignore[assignment]
+        request = self.front_request
         if self.bug is None and not self.began:
             self.begin(reply)
         if self.bug is None and not self.head_sent and not self.gone:
