@@ -366,3 +366,42 @@ def test_quantiles_interpolate_between_ranks() -> None:
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.99) == pytest.approx(3.97)
     assert quantile([7.0], 0.95) == 7.0
+
+
+def test_tables_fit_80_columns_without_cutting_numbers() -> None:
+    """Numbers are never ellipsised on a narrow terminal (the names wrap instead), and big
+    rates are shown compactly."""
+    from rich.console import Console
+
+    from proxy.benchmark.report import _number, render
+
+    rate = FIGURES[[f.name for f in FIGURES].index("output_rate")]
+    ms = FIGURES[[f.name for f in FIGURES].index("ttft")]
+    assert [_number(v, rate) for v in (73_050.0, 1_203_000.0, 999.4, 12.34)] == [
+        "73.0k", "1.20M", "999", "12.3"
+    ]  # fmt: skip
+    assert [_number(v, ms, signed=True) for v in (0.00048, 0.0153, 1.2)] == [
+        "+0.48", "+15.3", "+1200"
+    ]  # fmt: skip
+    summary = {"n": 3, "min": 48_400.0, "p50": 73_100.0, "p95": 176_400.0, "p99": 182_000.0}
+    summary["max"] = 183_400.0
+    figures = {f.name: {**summary, "unit": f.unit} for f in FIGURES}
+    target = {
+        "label": "A", "url": "http://127.0.0.1:11434", "model": "llama3.2", "requests": 3,
+        "ok": 3, "errors": {}, "error_messages": {}, "figures": figures, "notes": {},
+    }  # fmt: skip
+    ratios = {f.name: dict.fromkeys(("p50", "p95", "p99"), 1.6412) for f in FIGURES}
+    deltas = {f.name: dict.fromkeys(("p50", "p95", "p99"), 3617.0) for f in FIGURES}
+    doc = {
+        "api": "generate",
+        "workload": {"requests": 3, "concurrency": 1, "warmup": 0, "prompts": 1},
+        "targets": [target, {**target, "label": "B"}],
+        "ratios": ratios,
+        "deltas": deltas,
+    }
+    console = Console(width=80, record=True)
+    render(console, doc)
+    out = console.export_text()
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "176.4k" in out and "1.64×" in out

@@ -84,11 +84,10 @@ def _title(target: dict[str, Any]) -> str:
 
 def _figures_table(target: dict[str, Any]) -> Table:
     table = Table(title=Text(_title(target)), title_justify="left")
-    table.add_column("figure", no_wrap=True)
-    table.add_column("unit", no_wrap=True)
-    table.add_column("n", justify="right")
+    _label_columns(table)
+    table.add_column("n", justify="right", no_wrap=True)
     for stat in STATS:
-        table.add_column(stat, justify="right")
+        table.add_column(stat, justify="right", no_wrap=True)
     for f in FIGURES:
         summary = target["figures"][f.name]
         if summary["n"]:
@@ -115,13 +114,9 @@ def _errors_table(target: dict[str, Any]) -> Table:
 def _compare_table(doc: dict[str, Any]) -> Table:
     a, b = (t["figures"] for t in doc["targets"])
     table = Table(title="B / A (B: the second URL)", title_justify="left")
-    table.add_column("figure", no_wrap=True)
-    table.add_column("unit", no_wrap=True)
-    table.add_column("A p50", justify="right")
-    table.add_column("B p50", justify="right")
-    for stat in COMPARED:
-        table.add_column(f"B/A {stat}", justify="right")
-    table.add_column("B − A p50", justify="right")
+    _label_columns(table)
+    for name in ("A\np50", "B\np50", *(f"B/A\n{stat}" for stat in COMPARED), "B − A\np50"):
+        table.add_column(name, justify="right", no_wrap=True)
     for f in FIGURES:
         ratios, deltas = doc["ratios"][f.name], doc["deltas"][f.name]
         table.add_row(
@@ -135,20 +130,34 @@ def _compare_table(doc: dict[str, Any]) -> Table:
     return table
 
 
+def _label_columns(table: Table) -> None:
+    # On a narrow terminal the figure's name wraps and the numbers keep every digit (rich
+    # would otherwise cut the numbers short with an ellipsis).
+    table.add_column("figure", min_width=12)
+    table.add_column("unit", no_wrap=True)
+
+
 def _unit(f: Figure) -> str:
     # Seconds are shown as ms: most figures here are well under a second.
     return "ms" if f.unit == "s" else f.unit
 
 
 def _number(value: float | None, f: Figure, signed: bool = False) -> str:
+    """Three significant digits or more, as narrow as that allows (the tables fit 80
+    columns): 0.76, 12.3, 999, 73.0k, 1.20M."""
     if value is None:
         return "–"
     sign = "+" if signed else ""
-    if f.unit != "s":
-        return f"{value:{sign},.1f}"
-    ms = value * 1e3
-    return f"{ms:{sign},.1f}" if abs(ms) >= 10 else f"{ms:{sign}.2f}"
+    shown = value * 1e3 if f.unit == "s" else value
+    size = abs(shown)
+    if size >= 999_500:
+        return f"{shown / 1e6:{sign}.2f}M"
+    if size >= 9_995:
+        return f"{shown / 1e3:{sign}.1f}k"
+    if size >= 99.95:
+        return f"{shown:{sign}.0f}"
+    return f"{shown:{sign}.1f}" if size >= 9.995 else f"{shown:{sign}.2f}"
 
 
 def _ratio(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}×"
+    return "–" if value is None else f"{value:.2f}×"
