@@ -25,6 +25,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import ROOT, free_port, rss_mb, start_tap, wait_up
 
+RSS_TARGET_MB = 150
+
 
 async def stream(
     session: aiohttp.ClientSession, url: str, tokens: int, delay: float, counts: list[int]
@@ -73,6 +75,9 @@ async def hold(url: str, pid: int, streams: int, seconds: float, delay: float) -
         "lines_expected": streams * (tokens + 1),
         "errors": errors,
         "tap_peak_rss_mb": round(peak, 1),
+        # Issue 7's target, for 2,000 streams at 50 ms for a minute.
+        "target": f"no error, every line, peak RSS <= {RSS_TARGET_MB} MB",
+        "met": not errors and counts[0] == streams * (tokens + 1) and peak <= RSS_TARGET_MB,
     }
 
 
