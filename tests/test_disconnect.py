@@ -73,11 +73,7 @@ async def test_client_disconnect_closes_upstream_and_is_recorded(
     written = up.lines_written
     await asyncio.sleep(0.2)
     assert up.lines_written == written, "Ollama kept generating for a client that left"
-    for _ in range(100):
-        if spy.ended:
-            break
-        await asyncio.sleep(0.02)
-    assert [ex.outcome for ex in spy.ended] == [Outcome.CLIENT_DISCONNECTED]
+    assert [ex.outcome for ex in await spy.wait_ended()] == [Outcome.CLIENT_DISCONNECTED]
 
 
 async def test_sigterm_lets_in_flight_streams_finish_then_exits_0(

@@ -252,6 +252,14 @@ class Spy:
 
     error = response
 
+    async def wait_ended(self, count: int = 1) -> list[Any]:
+        """The ended exchanges once `count` have ended (at most 2 s; the caller asserts)."""
+        for _ in range(200):
+            if len(self.ended) >= count:
+                break
+            await asyncio.sleep(0.01)
+        return self.ended
+
 
 async def test_stream_error_and_incomplete_outcomes(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama, raw_session: aiohttp.ClientSession
@@ -328,11 +336,7 @@ async def test_a_large_single_reply_is_still_read(
     relayed = await fetch(raw_session, "POST", proxy.url + "/api/embed", body)
     assert len(relayed[2]) > 256 * 1024
     assert _CLOCK.sub(b"", relayed[2]) == _CLOCK.sub(b"", direct[2])
-    for _ in range(100):  # the exchange ends once the parse in the thread is done
-        if spy.ended:
-            break
-        await asyncio.sleep(0.01)
-    (ex,) = spy.ended
+    (ex,) = await spy.wait_ended()  # the exchange ends once the parse in the thread is done
     assert ex.outcome == Outcome.OK
     assert ex.usage is not None and ex.usage.prompt_eval_count > 0
     assert len(ex.final["embeddings"]) == 300

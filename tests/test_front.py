@@ -17,28 +17,14 @@ import orjson
 import pytest
 from yarl import URL
 
-from proxy.exchange import Exchange, Outcome
+from proxy.exchange import Outcome
 from proxy.fastrelay.front import FrontConnection
 from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama, Script
 from tests.serve_process import ADMIN_TOKEN
+from tests.test_forward import Spy
 
 GENERATE = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
-
-
-class Ends:
-    """An observer that keeps every ended exchange."""
-
-    name = "ends"
-
-    def __init__(self) -> None:
-        self.ended: list[Exchange] = []
-
-    def response(self, ex: Exchange) -> None:
-        self.ended.append(ex)
-
-    def error(self, ex: Exchange) -> None:
-        self.ended.append(ex)
 
 
 def post(path: str, body: bytes, *extra: str) -> bytes:
@@ -187,18 +173,14 @@ async def test_client_leaving_during_prefill_cancels_the_exchange(
     """Nothing has been written yet when the client goes: the front still notices at once
     and the upstream connection is closed (Ollama stops), as aiohttp's handler cancellation
     does."""
-    ends = Ends()
+    ends = Spy()
     proxy = await proxy_factory(relay="fast", observers=(ends,))
     fake_ollama.script = Script(prefill_delay=5.0)
     _, writer = await connect(proxy)
     writer.write(post("/api/generate", GENERATE))
     await asyncio.sleep(0.3)
     writer.close()
-    for _ in range(100):
-        if ends.ended:
-            break
-        await asyncio.sleep(0.02)
-    assert [ex.outcome for ex in ends.ended] == [Outcome.CLIENT_DISCONNECTED]
+    assert [ex.outcome for ex in await ends.wait_ended()] == [Outcome.CLIENT_DISCONNECTED]
 
 
 async def test_chunked_upload_and_early_answer_keep_the_connection(
@@ -253,7 +235,7 @@ async def test_a_queued_request_keeps_its_place_before_a_hand_off(
 async def test_garbage_behind_a_running_exchange_waits_for_it(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
-    ends = Ends()
+    ends = Spy()
     proxy = await proxy_factory(relay="fast", observers=(ends,))
     fake_ollama.script = Script(prefill_delay=0.4)
     reader, writer = await connect(proxy)
@@ -392,7 +374,7 @@ async def test_a_pipelined_request_is_timed_from_its_arrival(
     """DESIGN's client-side clock starts when the request head arrives: a request pipelined
     behind a slow one waits for it, and its time to first token says so (it is what its
     client saw), instead of starting when the front got round to it."""
-    ends = Ends()
+    ends = Spy()
     proxy = await proxy_factory(relay="fast", observers=(ends,))
     fake_ollama.script = Script(prefill_delay=0.3)
     reader, writer = await connect(proxy)
