@@ -56,7 +56,7 @@ def _one(rec: Recorder, chunks: int) -> tuple[float, float]:
     for i in range(chunks):
         piece = OutputChunk(time.monotonic(), OutputKind.CONTENT, f" tok{i}", 90)
         ex.output_events += 1
-        rec.chunk(ex, piece)
+        rec.chunks(ex, (piece,))
         if i == 0:
             first = time.perf_counter() - t0
     ex.status, ex.streamed, ex.outcome, ex.ended = 200, True, Outcome.OK, time.monotonic()

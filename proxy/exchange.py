@@ -222,12 +222,9 @@ class Exchange:
         span = self.last_output - self.first_output
         return (self.output_events - 1) / span if span > 0 else None
 
-    def note_output(self, piece: OutputChunk) -> None:
-        """Stamp an output piece's write time: first output, first content, last, count."""
-        self.note_outputs((piece,))
-
     def note_outputs(self, pieces: Sequence[OutputChunk]) -> None:
-        """`note_output` for the pieces of one read, in order (one call per read)."""
+        """Stamp the write times of the output pieces of one read, in order (at least one):
+        first output, first content, last, count."""
         if self.first_output is None:
             self.first_output = pieces[0].at
         if self.first_content is None:

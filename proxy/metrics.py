@@ -336,34 +336,27 @@ class MetricsObserver:
         gauge.inc()
         ex.metadata[NAME] = _State(model, gauge)
 
-    def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
-        self.chunks(ex, (piece,))
-
     def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
-        # Runs once per socket read of every stream: one dict lookup, then a bisect per gap.
+        # Runs once per socket read of every stream. A read's pieces were written at one
+        # moment (the hook's contract): one gap from the previous read, then zeros.
         state: _State | None = ex.metadata.get(NAME)
         if state is None:
             return
-        last = state.last_at
-        state.last_at = pieces[-1].at
-        if last is None:
-            if len(pieces) == 1:
-                return
-            last, pieces = pieces[0].at, pieces[1:]
+        at, last, gaps_here = pieces[0].at, state.last_at, len(pieces) - 1
+        state.last_at = at
+        if last is not None:
+            gaps_here += 1
+        if not gaps_here:
+            return
         gaps = state.gaps
         if gaps is None:
             # Made at the first gap, not at `request`: a one-chunk reply adds no series.
             gaps = state.gaps = self.m.inter_token.labels(ex.endpoint, state.model)
-        at = pieces[0].at
-        if at == pieces[-1].at:
-            # One read's pieces were written at one moment: one gap, then zeros.
+        if last is not None:
             gaps.observe(at - last)
-            if len(pieces) > 1:
-                gaps.observe_times(0.0, len(pieces) - 1)
-            return
-        for piece in pieces:
-            gaps.observe(piece.at - last)
-            last = piece.at
+            gaps_here -= 1
+        if gaps_here:
+            gaps.observe_times(0.0, gaps_here)
 
     def response(self, ex: Exchange) -> None:
         self._end(ex)

@@ -81,9 +81,9 @@ def test_note_outputs_equals_note_output_piece_by_piece() -> None:
     one.note_outputs(batch[:2])
     one.note_outputs([OutputChunk(2.0, p.kind, p.text, p.nbytes) for p in batch[2:]])
     for piece in batch[:2]:
-        each.note_output(piece)
+        each.note_outputs((piece,))
     for piece in batch[2:]:
-        each.note_output(OutputChunk(2.0, piece.kind, piece.text, piece.nbytes))
+        each.note_outputs((OutputChunk(2.0, piece.kind, piece.text, piece.nbytes),))
     fields = ("first_output", "first_content", "last_output", "output_events")
     assert [getattr(one, f) for f in fields] == [getattr(each, f) for f in fields]
     assert (one.first_output, one.first_content, one.output_events) == (1.0, 2.0, 4)
@@ -106,7 +106,7 @@ def test_metrics_gaps_are_the_same_batched_or_one_by_one() -> None:
                 observer.chunks(ex, [OutputChunk(t, OutputKind.CONTENT, "x", 1) for t in read])
         else:
             for t in times:
-                observer.chunk(ex, OutputChunk(t, OutputKind.CONTENT, "x", 1))
+                observer.chunks(ex, [OutputChunk(t, OutputKind.CONTENT, "x", 1)])
         registries.append(registry)
     name = "ollama_tap_inter_token_latency_seconds"
     labels = {"endpoint": "/api/generate", "model": ""}

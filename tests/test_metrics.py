@@ -86,10 +86,9 @@ class Harness:
         """Fire the hooks as the forwarder would: request, chunks at the given times, end."""
         self.observer.request(ex)
         for at in chunks:
-            piece = OutputChunk(at=at, kind=OutputKind.CONTENT, text="x", nbytes=60)
-            ex.first_output = ex.first_content = ex.first_output or at
-            ex.last_output, ex.output_events = at, ex.output_events + 1
-            self.observer.chunk(ex, piece)
+            pieces = [OutputChunk(at=at, kind=OutputKind.CONTENT, text="x", nbytes=60)]
+            ex.note_outputs(pieces)
+            self.observer.chunks(ex, pieces)
         ex.ended = end
         if ex.outcome in RESPONSE_OUTCOMES:
             self.observer.response(ex)
@@ -335,7 +334,7 @@ def test_unexpected_done_reason_is_bounded(h: Harness) -> None:
 
 
 def test_chunk_without_request_is_ignored(h: Harness) -> None:
-    h.observer.chunk(make_exchange(), OutputChunk(T0, OutputKind.CONTENT, "x", 1))
+    h.observer.chunks(make_exchange(), [OutputChunk(T0, OutputKind.CONTENT, "x", 1)])
     assert h.count("inter_token_latency_seconds", GEN) is None
 
 

@@ -110,8 +110,8 @@ async def _stream(
 
 
 def _outputs(ex: Exchange, pieces: list[OutputChunk]) -> None:
-    for piece in pieces:
-        ex.note_output(piece)
+    if pieces:
+        ex.note_outputs(pieces)
 
 
 def _verdict(ex: Exchange, reader: ollama.Reader | None, text: str) -> Outcome:

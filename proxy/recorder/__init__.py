@@ -81,9 +81,6 @@ class Recorder:
         if self.writer is not None:
             self._capture(ex)
 
-    def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
-        self.chunks(ex, (piece,))
-
     def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
         cap = ex.metadata.get(_KEY)
         if cap is not None and (timeline := cap.timeline) is not None:

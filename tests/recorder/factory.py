@@ -124,14 +124,10 @@ def drive(rec: Recorder, ex: Exchange, chunks: Sequence[OutputChunk] = ()) -> No
     rec.request(ex)
     for piece in chunks:
         if ex.first_output is None:
-            ex.first_output = piece.at
             ex.first_created_at = "2025-06-15T14:13:20.400000Z"
-        if ex.first_content is None and piece.kind is not OutputKind.THINKING:
-            ex.first_content = piece.at
-        ex.last_output = piece.at
-        ex.output_events += 1
+        ex.note_outputs((piece,))
         ex.response_bytes += piece.nbytes
-        rec.chunk(ex, piece)
+        rec.chunks(ex, (piece,))
     ex.ended = (ex.last_output or MONO0) + 0.01
     if ex.outcome in ERROR_HOOK:
         rec.error(ex)
