@@ -106,6 +106,7 @@ class Forwarder:
         up = settings.upstream_url
         self.upstream = up
         self._path_prefix = up.raw_path.rstrip("/")
+        self._origin = str(up.with_path("", encoded=True)).rstrip("/")
         host = f"[{up.host}]" if up.host and ":" in up.host else str(up.host)
         self.upstream_host = f"{host}:{up.port}" if up.port else host
         self.timeout = aiohttp.ClientTimeout(
@@ -113,11 +114,12 @@ class Forwarder:
         )
 
     def target(self, request: web.Request) -> URL:
-        return URL(str(self.upstream).rstrip("/") + request.rel_url.raw_path_qs, encoded=True)
+        """The upstream URL of this request (for aiohttp's client)."""
+        return URL(self._origin + self.target_path(request), encoded=True)
 
     def target_path(self, request: web.Request) -> str:
-        """`target(request)`'s path and query, without building a URL (the same string:
-        yarl leaves an encoded path as it is, `//` and dot segments included)."""
+        """The upstream request target, path and query, as the fast relay writes it (yarl
+        leaves an encoded path as it is, `//` and dot segments included)."""
         # The client's exact path and query encoding; only the origin (and Ollama's path
         # prefix, if OLLAMA_HOST had one) changes. rel_url, not raw_path: a request line in
         # absolute form (`GET http://host/api/tags`) must not carry its origin along.
