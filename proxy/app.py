@@ -91,7 +91,9 @@ async def _recorder(app: web.Application) -> AsyncIterator[None]:
     await app[RECORDER].stop()
 
 
-def _fast_relay(app: web.Application, settings: Settings) -> tuple[MakeRelay, MakeRelay]:
+def _fast_relay(
+    app: web.Application, settings: Settings
+) -> tuple[MakeRelay, MakeRelay, UpstreamPool]:
     """The fast relay for requests aiohttp's server parsed, and the front's relay, sharing
     one upstream connection pool, closed with the app after in-flight exchanges ended."""
     pool = UpstreamPool(settings.upstream_url, settings.connect_timeout, settings.read_timeout)
@@ -103,6 +105,7 @@ def _fast_relay(app: web.Application, settings: Settings) -> tuple[MakeRelay, Ma
     return (
         lambda fwd, request, ex: FastRelay(fwd, request, ex, pool),
         lambda fwd, request, ex: FrontRelay(fwd, request, ex, pool),
+        pool,
     )
 
 
@@ -171,17 +174,17 @@ def make_app(
     app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
     app.on_shutdown.append(_mark_shutdown)
 
-    fast, front = _fast_relay(app, settings) if settings.relay == "fast" else (None, None)
+    fast = _fast_relay(app, settings) if settings.relay == "fast" else None
     forwarder = Forwarder(
         settings,
         hooks,
         session=lambda: app[SESSION],
         shutting_down=lambda: app[SHUTTING_DOWN][0],
-        make_relay=fast,
+        make_relay=fast[0] if fast else None,
     )
     app[FORWARDER] = forwarder
-    if front is not None:
-        app[FRONT] = Front(settings, forwarder, front)
+    if fast is not None:
+        app[FRONT] = Front(settings, forwarder, fast[1], fast[2])
     app.router.add_get("/_tap/healthz", healthz)
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))

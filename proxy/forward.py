@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Final
 
 import aiohttp
@@ -40,31 +40,32 @@ HOP_BY_HOP: Final = frozenset(
 _SERVER_ADDED: Final = (hdrs.SERVER, hdrs.DATE, hdrs.CONTENT_TYPE)
 
 
-_NOT_UPSTREAM: Final = HOP_BY_HOP | {"host"}
+NOT_UPSTREAM: Final = HOP_BY_HOP | {"host"}
 """What never goes upstream as the client sent it (Host is rewritten)."""
 
-
-def _hop_by_hop(headers: CIMultiDictProxy[str], fixed: frozenset[str]) -> frozenset[str]:
-    """Lower-case names to drop: `fixed` plus those the Connection header names."""
-    listed = headers.getall(hdrs.CONNECTION, ())
-    if not listed:
-        return fixed  # nearly every request and reply: no set to build
-    return fixed | {t.strip().lower() for v in listed for t in v.split(",")}
+Pairs = Iterable[tuple[str, str]]
 
 
-def _without(headers: CIMultiDictProxy[str], drop: frozenset[str]) -> CIMultiDict[str]:
-    return CIMultiDict([(k, v) for k, v in headers.items() if k.lower() not in drop])
+def kept_headers(headers: Pairs, fixed: frozenset[str]) -> list[tuple[str, str]]:
+    """The headers, in order, minus `fixed` (lower-case names) and those a Connection header
+    names (RFC 9110 §7.6.1). Plain pairs: the fast relay builds heads from these directly."""
+    pairs = headers if isinstance(headers, list) else list(headers)
+    drop = fixed
+    for name, value in pairs:
+        if name.lower() == "connection":  # rare beyond `keep-alive`/`close`: no set otherwise
+            drop = drop | {t.strip().lower() for t in value.split(",")}
+    return [(k, v) for k, v in pairs if k.lower() not in drop]
 
 
 def upstream_headers(headers: CIMultiDictProxy[str], host: str) -> CIMultiDict[str]:
     """The client's headers minus hop-by-hop ones, with Host rewritten to the upstream's."""
-    out = _without(headers, _hop_by_hop(headers, _NOT_UPSTREAM))
+    out = CIMultiDict(kept_headers(headers.items(), NOT_UPSTREAM))
     out[hdrs.HOST] = host
     return out
 
 
 def downstream_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    return _without(headers, _hop_by_hop(headers, HOP_BY_HOP))
+    return CIMultiDict(kept_headers(headers.items(), HOP_BY_HOP))
 
 
 class RelayResponse(web.StreamResponse):

@@ -14,6 +14,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.exchange import Outcome
+from proxy.fastrelay.front import FrontConnection
+from proxy.fastrelay.frontrelay import FrontRequest
 from tests.conftest import MakeProxy
 from tests.serve_process import serve
 from tests.test_forward import Spy
@@ -142,3 +144,39 @@ async def test_serve_speaks_tls_with_a_cert_and_key(
     finally:
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+async def test_a_request_sent_on_arrival_is_recorded_and_stopped_when_its_client_left(
+    proxy_factory: MakeProxy,
+    slow_upstream: tuple[SlowUpstream, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The front sends a request that arrived whole upstream at once, before its exchange's
+    task has run (`send_now`). A client gone by the time that task runs still gets its
+    exchange recorded (`client_disconnected`), and Ollama's connection is closed."""
+    up, url = slow_upstream
+    spy = Spy()
+    proxy = await proxy_factory(upstream=url, relay="fast", observers=(spy,))
+    async with aiohttp.ClientSession() as s:  # leaves an idle upstream connection
+        async with s.post(proxy.url + "/api/generate", json={"lines": 1}) as resp:
+            await resp.read()
+    sent: list[bool] = []
+    send_now = FrontConnection.send_now
+
+    def send_then_lose(conn: FrontConnection, request: FrontRequest) -> None:
+        send_now(conn, request)
+        sent.append(request.sent is not None)
+        conn.transport.abort()
+
+    monkeypatch.setattr(FrontConnection, "send_now", send_then_lose)
+    _, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    body = orjson.dumps({"model": "m", "prompt": "x"})
+    writer.write(
+        b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%b"
+        % (len(body), body)
+    )
+    await asyncio.wait_for(up.gone.wait(), 5)
+    assert sent == [True]
+    # The first is the warm-up (this upstream sends no final object: `incomplete`).
+    assert [ex.outcome for ex in await spy.wait_ended(2)][1:] == [Outcome.CLIENT_DISCONNECTED]
+    writer.close()

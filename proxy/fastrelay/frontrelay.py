@@ -20,7 +20,7 @@ from proxy.exchange import Outcome
 from proxy.fastrelay import wire
 from proxy.fastrelay.relay import FastRelay
 from proxy.fastrelay.reply import Reply
-from proxy.forward import downstream_headers
+from proxy.forward import HOP_BY_HOP, Pairs, kept_headers
 
 if TYPE_CHECKING:
     from proxy.fastrelay.front import FrontConnection
@@ -82,6 +82,12 @@ class BodyStream:
     def is_eof(self) -> bool:
         return self._eof
 
+    def whole(self) -> bytes | None:
+        """The whole body, if it has all arrived (and nothing took any of it yet)."""
+        if not self._eof or self._error is not None or self._discarding:
+            return None
+        return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+
     async def read(self) -> bytes:
         if self._eof and self._error is None:
             # The whole body came with the head (nearly every JSON request): no generator.
@@ -141,6 +147,9 @@ class FrontRequest:
         """Bytes of the longest header name or value (aiohttp refuses past its limit)."""
         self.arrived: float | None = None
         """Monotonic time the head was parsed: where the exchange's clock starts."""
+        self.sent: Reply | None = None
+        """The upstream's reply, when the front sent the request before its exchange was
+        made (see `FrontConnection.send_now`), until the relay adopts it."""
         self.content = BodyStream(conn)
         if not has_body:
             self.content.feed_eof()
@@ -180,6 +189,13 @@ class FrontRelay(FastRelay):
     def reply_started(self) -> bool:
         return self.head_sent
 
+    def adopt_sent(self) -> Reply | None:
+        request = self.front_request
+        reply, request.sent = request.sent, None
+        if reply is not None:
+            self.conn, self.reply = reply.conn, reply
+        return reply
+
     def delivered(self) -> bool:
         """The client has every byte of a complete reply (a chunked one ends only when the
         relay writes its last chunk, after this is asked)."""
@@ -206,15 +222,14 @@ class FrontRelay(FastRelay):
             self.stop_upstream()
 
     def begin(self, reply: Reply) -> None:
-        """Fill the Exchange from the reply's head and take the body from here on; the head
-        goes out with the first body piece (or alone, from the task, when the read that
-        brought it carried none), and `response_headers` fires once it is out."""
+        """Make the client's response head from the reply's and take the body from here on;
+        the head goes out with the first body piece (or alone, from the task, when the read
+        that brought it carried none). The Exchange learns of the head once it is out, and
+        `response_headers` fires then: nothing but the head's bytes delays the first token."""
         request = self.front_request
-        headers = CIMultiDictProxy(CIMultiDict(reply.headers))
-        self.reader = self.note_head(reply.status, headers)
         self.client = request.transport
         self.head, self.chunked = response_head(
-            reply.status, reply.reason, headers, request.method, request.keep_alive
+            reply.status, reply.reason, reply.headers, request.method, request.keep_alive
         )
         # Only a head taken whole counts: one that failed is never announced (the exchange
         # ends as `proxy_error` with the proxy's 500, which is not what the upstream said).
@@ -263,17 +278,22 @@ class FrontRelay(FastRelay):
         elif frames:
             client.writelines(frames)
         at = time.monotonic()  # before the observers run: their time is not the client's
-        # The observers hear of the reply once its head is on its way, not before: when
-        # the upstream answered within the loop turn that sent it the request (it often
-        # does: the kernel runs it on this core as soon as the request is written), the
-        # request hook has not run yet, and parsing the request for it (tens of
-        # microseconds) would otherwise delay the client's first token.
+        # The Exchange and the observers hear of the reply once its head is on its way, not
+        # before: when the upstream answered within the loop turn that sent it the request
+        # (it often does: the kernel runs it on this core as soon as the request is
+        # written), the request hook has not run yet, and parsing the request for it (tens
+        # of microseconds) would otherwise delay the client's first token.
         self.announce()
         return at
 
     def announce(self) -> None:
+        """Fill the Exchange from the reply's head, once, and fire `request` (if not yet)
+        and `response_headers`."""
         if not self.announced:
             self.announced = True
+            reply = self.reply
+            assert reply is not None
+            self.reader = self.note_head(reply.status, CIMultiDictProxy(CIMultiDict(reply.headers)))
             self.announce_reply()
 
     def finish(self, outcome: Outcome) -> None:
@@ -283,7 +303,7 @@ class FrontRelay(FastRelay):
 
 
 def response_head(
-    status: int, reason: str, headers: CIMultiDictProxy[str], method: str, keep_alive: bool
+    status: int, reason: str, headers: Pairs, method: str, keep_alive: bool
 ) -> tuple[bytes, bool]:
     """The response head aiohttp's server writes for this upstream reply through the aiohttp
     relay (`RelayResponse`), and whether the body goes chunked.
@@ -293,18 +313,18 @@ def response_head(
     that must be empty keeps no Transfer-Encoding, nor a Content-Length on 1xx/204/304; and
     `Connection: close` when the client asked to close. Nothing else is added.
     """
-    out = downstream_headers(headers)
+    out = kept_headers(headers, HOP_BY_HOP)  # Connection included: it is always re-made
     empty = method == "HEAD" or status in (204, 304) or status < 200
     chunked = False
     if empty:
         if status < 200 or status in (204, 304):
-            out.popall(hdrs.CONTENT_LENGTH, None)
-    elif hdrs.CONTENT_LENGTH not in out:
-        out[hdrs.TRANSFER_ENCODING] = "chunked"
+            out = [(k, v) for k, v in out if k.lower() != "content-length"]
+    elif not any(k.lower() == "content-length" for k, _ in out):
+        out.append((hdrs.TRANSFER_ENCODING, "chunked"))
         chunked = True
-    if not keep_alive and hdrs.CONNECTION not in out:
-        out[hdrs.CONNECTION] = "close"
-    return wire.head(f"HTTP/1.1 {status} {reason}", out.items()), chunked
+    if not keep_alive:
+        out.append((hdrs.CONNECTION, "close"))
+    return wire.head(f"HTTP/1.1 {status} {reason}", out), chunked
 
 
 def error_response(resp: web.StreamResponse, keep_alive: bool) -> bytes:

@@ -35,14 +35,16 @@ class UpstreamPool:
 
     async def acquire(self) -> UpstreamConnection:
         """The most recently used live idle connection, else a new one."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        return self.idle() or await self._connect(asyncio.get_running_loop())
+
+    def idle(self) -> UpstreamConnection | None:
+        """The most recently used live idle connection, if there is one."""
         while self._idle:
             conn = self._idle.pop()
-            if conn.usable and now - conn.idle_since < IDLE_SECONDS:
+            if conn.usable and conn.loop.time() - conn.idle_since < IDLE_SECONDS:
                 return conn
             conn.abort()
-        return await self._connect(loop)
+        return None
 
     def release(self, conn: UpstreamConnection) -> None:
         now = conn.loop.time()

@@ -18,7 +18,7 @@ from proxy.fastrelay import wire
 from proxy.fastrelay.connection import UpstreamConnection
 from proxy.fastrelay.pool import UpstreamPool
 from proxy.fastrelay.reply import Reply, UpstreamGone
-from proxy.forward import Forwarder, _Relay, upstream_headers
+from proxy.forward import Forwarder, _Relay
 
 log = structlog.get_logger("ollama_tap.fastrelay")
 
@@ -82,25 +82,28 @@ class FastRelay(_Relay):
         idempotent requests whose body is at hand, as aiohttp's client does.
         """
         request = self.request
-        headers = upstream_headers(request.headers, self.fwd.upstream_host)
         streamed = data is not None and not isinstance(data, bytes)
         body = data if isinstance(data, bytes) else None
-        wire.frame_headers(headers, body, streamed)
-        if data is None and wire.needs_zero_length(request.method, headers):
-            headers[hdrs.CONTENT_LENGTH] = "0"
-        target = self.fwd.target_path(request)
-        head = wire.request_head(request.method, target, headers)
         retry = request.method in _IDEMPOTENT and not streamed
+        reply = self.adopt_sent()
         while True:
-            conn = self.conn = await self.pool.acquire()
-            reply = self.reply = conn.send(
-                head + (body or b""), request.method == "HEAD", not streamed
-            )
+            if reply is None:
+                head, chunked = wire.upstream_head(
+                    request.method,
+                    self.fwd.target_path(request),
+                    request.headers.items(),
+                    self.fwd.upstream_host,
+                    body,
+                    streamed,
+                )
+                conn = self.conn = await self.pool.acquire()
+                reply = self.reply = conn.send(
+                    head + (body or b""), request.method == "HEAD", not streamed
+                )
+                if streamed:
+                    self.uploading = asyncio.create_task(self.stream_up(conn, data, chunked))  # type: ignore[arg-type]
             reply.on_head = self.head_arrived
-            if streamed:
-                chunked = headers.get(hdrs.TRANSFER_ENCODING) == "chunked"
-                self.uploading = asyncio.create_task(self.stream_up(conn, data, chunked))  # type: ignore[arg-type]
-            else:
+            if not streamed:
                 # The whole request is on its way: parse it and tell the observers while
                 # Ollama works. Scheduled rather than called: requests that arrived together
                 # are all sent before any of them is parsed (each one's TTFT waits for the
@@ -111,11 +114,16 @@ class FastRelay(_Relay):
             try:
                 await reply.head
             except UpstreamGone:
-                if not (retry and conn.uses > 1 and not reply.received):
+                if not (retry and reply.conn.uses > 1 and not reply.received):
                     raise
-                retry = False
+                retry, reply = False, None
                 continue
             return reply
+
+    def adopt_sent(self) -> Reply | None:
+        """The reply to this request if it was sent before the relay existed (the front sends
+        a request whose body is at hand from the socket callback it arrived in)."""
+        return None
 
     def head_arrived(self) -> None:
         """The reply's head was parsed (inside the upstream socket's callback). This relay
@@ -181,7 +189,8 @@ class FastRelay(_Relay):
             self.client_left()
             return
         try:
-            self.read_piece(self.reader, data, self.write_body(client, data))
+            at = self.write_body(client, data)  # first: the front's relay makes the reader then
+            self.read_piece(self.reader, data, at)
         except Exception as exc:
             # A bug of ours must not escape into the event loop's socket callback: the
             # handler re-raises it and the exchange ends as `proxy_error`.

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from typing import Final
 
 from aiohttp import hdrs
-from multidict import CIMultiDict
+
+from proxy.forward import NOT_UPSTREAM, kept_headers
 
 _BODYLESS_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
 """Methods sent without `Content-Length: 0` when they carry no body (as aiohttp's client)."""
@@ -20,24 +21,6 @@ def text(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-def frame_headers(headers: CIMultiDict[str], body: bytes | None, streamed: bool) -> None:
-    """Add the body framing aiohttp's client would add, and nothing else.
-
-    The client's own `Content-Length` passes through; without one, a body that streams in is
-    sent chunked, a body at hand gets its length, and a bodyless POST/PUT/... says 0.
-    """
-    if hdrs.CONTENT_LENGTH in headers:
-        return
-    if streamed:
-        headers[hdrs.TRANSFER_ENCODING] = "chunked"
-    elif body is not None:
-        headers[hdrs.CONTENT_LENGTH] = str(len(body))
-
-
-def needs_zero_length(method: str, headers: CIMultiDict[str]) -> bool:
-    return method not in _BODYLESS_METHODS and hdrs.CONTENT_LENGTH not in headers
-
-
 def head(first_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
     """A request or status line and its headers as HTTP/1.1 bytes, ending with the blank line
     (header bytes that were not UTF-8 go back out as they came: surrogateescape)."""
@@ -46,13 +29,33 @@ def head(first_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
 
-def request_head(method: str, target: str, headers: CIMultiDict[str]) -> bytes:
-    """The request line and headers, Host first (as aiohttp's client orders them)."""
-    host: list[tuple[str, str]] = []
-    rest: list[tuple[str, str]] = []
-    for item in headers.items():  # one pass: this runs for every request
-        (host if item[0].lower() == "host" else rest).append(item)
-    return head(f"{method} {target} HTTP/1.1", host + rest)
+def upstream_head(
+    method: str,
+    target: str,
+    headers: Iterable[tuple[str, str]],
+    host: str,
+    body: bytes | None,
+    streamed: bool,
+) -> tuple[bytes, bool]:
+    """The request head the fast relay sends upstream, as aiohttp's client would send the
+    same request: Host first, rewritten; the client's headers in order minus hop-by-hop
+    ones; and the body framing aiohttp's client would add, nothing else. Also whether the
+    body goes chunked.
+
+    The client's own `Content-Length` passes through; without one, a body that streams in is
+    sent chunked, a body at hand gets its length, and a bodyless POST/PUT/... says 0.
+    """
+    kept = kept_headers(headers, NOT_UPSTREAM)
+    chunked = False
+    if not any(name.lower() == "content-length" for name, _ in kept):
+        if streamed:
+            kept.append((hdrs.TRANSFER_ENCODING, "chunked"))
+            chunked = True
+        elif body is not None:
+            kept.append((hdrs.CONTENT_LENGTH, str(len(body))))
+        elif method not in _BODYLESS_METHODS:
+            kept.append((hdrs.CONTENT_LENGTH, "0"))
+    return head(f"{method} {target} HTTP/1.1", [(hdrs.HOST, host), *kept]), chunked
 
 
 def chunk_frames(data: bytes) -> tuple[bytes, ...]:
