@@ -16,6 +16,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.exchange import Exchange, Outcome, OutputChunk
+from proxy.fastrelay.front import FrontConnection
+from proxy.fastrelay.frontrelay import FrontRequest
 from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama, Script
 from tests.test_forward import ROUTES, comparable, fetch
@@ -63,10 +65,23 @@ def snapshot(ex: Exchange) -> tuple[Any, ...]:
 
 
 async def through(
-    proxy_factory: MakeProxy, relay: str, method: str, path: str, body: Any, **kw: Any
+    proxy_factory: MakeProxy,
+    relay: str,
+    method: str,
+    path: str,
+    body: Any,
+    *,
+    warm: bool = False,
+    **kw: Any,
 ) -> tuple[Recorder, tuple[int, list[tuple[str, str]], bytes]]:
+    """One request through a new proxy; `warm`: after another one, so that an idle pooled
+    connection waits (the front then sends a request that arrived whole on arrival)."""
     recorder = Recorder()
     proxy = await proxy_factory(relay=relay, observers=(recorder,), **kw)
+    if warm:
+        async with aiohttp.ClientSession() as s:
+            await fetch(s, "GET", proxy.url + "/api/version", None)
+        recorder.calls.clear()
     async with aiohttp.ClientSession(auto_decompress=False, headers=_MARK) as s:
         got = await fetch(s, method, proxy.url + path, body)
     return recorder, (got[0], comparable(got[1]), got[2])
@@ -74,16 +89,34 @@ async def through(
 
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
 async def test_both_relays_send_the_same_and_report_the_same(
-    method: str, path: str, body: Any, proxy_factory: MakeProxy, fake_ollama: FakeOllama
+    method: str,
+    path: str,
+    body: Any,
+    proxy_factory: MakeProxy,
+    fake_ollama: FakeOllama,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Byte for byte upstream, in hooks and on the wire back: the aiohttp relay, the fast
+    relay, and the fast relay's front sending a request the moment it arrived whole."""
+    on_arrival: list[bool] = []
+    send_now = FrontConnection.send_now
+
+    def noting(conn: FrontConnection, request: FrontRequest) -> None:
+        send_now(conn, request)
+        on_arrival.append(request.sent is not None)
+
+    monkeypatch.setattr(FrontConnection, "send_now", noting)
     seen = {}
-    for relay in RELAYS:
+    for relay, warm in [*((r, False) for r in RELAYS), ("fast", True)]:
         before = len(fake_ollama.received)
-        recorder, reply = await through(proxy_factory, relay, method, path, body)
+        recorder, reply = await through(proxy_factory, relay, method, path, body, warm=warm)
         # The proxy's poller also talks to the fake; only the test's request counts.
         sent = [r for r in fake_ollama.received[before:] if (*_MARK.items(),)[0] in r.headers]
-        seen[relay] = (recorder.calls, reply[:2], [(r.method, r.headers, r.body) for r in sent])
-    assert seen["fast"] == seen["aiohttp"]
+        upstream = [(r.method, r.headers, r.body) for r in sent]
+        seen[relay, warm] = (recorder.calls, reply[:2], upstream)
+    assert seen["fast", False] == seen["aiohttp", False]
+    assert seen["fast", True] == seen["aiohttp", False]
+    assert on_arrival[-1], "the last request was not sent on arrival"
 
 
 @pytest.mark.parametrize("script", [Script(error_after=2), Script(no_final=True), Script()])
