@@ -11,6 +11,7 @@ reports client-seen time to first token (TTFT) and the relay's CPU time per rela
     python bench/overhead.py --rounds 5 --json results.json
     python bench/overhead.py --tap metrics-off:OLLAMA_TAP_METRICS=false \
                              --tap recorder-off:OLLAMA_TAP_RECORD=off   # variants side by side
+    python bench/overhead.py --floor --only light   # and a minimal Python relay (floor.py)
 
 nginx comes from Debian (`apt-get install nginx`); it is installed when absent and we are
 root, otherwise its column is skipped.
@@ -275,6 +276,12 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--no-nginx", action="store_true")
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure bench/floor.py, the least a Python relay of these streams can do "
+        "(a reference point: what ollama-tap costs beyond it is what its work costs)",
+    )
+    parser.add_argument(
         "--only", metavar="WORD", help="run only the workloads whose name contains WORD"
     )
     return parser.parse_args()
@@ -312,6 +319,11 @@ def main() -> int:
         if not args.no_nginx and (started := start_nginx(up_port, tmp)):
             procs.append(started[0])
             targets.append(started[1])
+        if args.floor:
+            port = free_port()
+            floor = [sys.executable, str(ROOT / "bench" / "floor.py"), str(port), str(up_port)]
+            procs.append(subprocess.Popen(floor))
+            targets.append(Target("python floor", f"http://127.0.0.1:{port}", [procs[-1].pid]))
         spawned = time.perf_counter()
         for name, env in taps.items():
             proc, target = start_tap(name, up_port, tmp, env)
