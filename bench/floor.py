@@ -7,7 +7,12 @@ chunked and parses each NDJSON line after writing it. No Exchange, hooks, metric
 recording, timeouts, back-pressure, hand-offs or error handling: what ollama-tap costs
 beyond this figure is what those cost. Only for the benchmark's own upstream.
 
-    python bench/floor.py PORT UPSTREAM_PORT
+With BUSY (`US` or `US:after`) each request also costs US microseconds of Python work,
+right after it is sent upstream or right after its first token is written: what a given
+amount of per-request bookkeeping costs in time to first token, and whether it matters
+when it runs.
+
+    python bench/floor.py PORT UPSTREAM_PORT [BUSY]
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ _HOP: frozenset[bytes] = frozenset(
     {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade", b"host"}
 )
 _IDLE: list[Upstream] = []
+_BUSY_US, _, _WHEN = (sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else "0").partition(":")
+_BUSY = float(_BUSY_US) / 1e6
+_AFTER = _WHEN == "after"
+
+
+def _busy() -> None:
+    """Allocation-heavy work (dicts and lists, as bookkeeping is) for _BUSY seconds."""
+    end = time.perf_counter() + _BUSY
+    while time.perf_counter() < end:
+        _ = [{"n": i, "s": str(i), "l": [i]} for i in range(20)]
 
 
 def _kept(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
@@ -63,6 +78,8 @@ class Upstream(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         assert self.client is not None
         frame = b"%x\r\n%b\r\n" % (len(body), body) if self.chunked else body
+        if not self.head_sent and _BUSY and _AFTER:
+            asyncio.get_running_loop().call_soon(_busy)
         self.client.transport.write(frame if self.head_sent else self.head + frame)
         self.head_sent = True
         at = time.monotonic()
@@ -116,6 +133,8 @@ class Client(asyncio.Protocol):
             _IDLE.pop().send(self, data)
         else:
             self.connecting = asyncio.ensure_future(self._connect(data))
+        if _BUSY and not _AFTER:
+            asyncio.get_running_loop().call_soon(_busy)
         self.request = orjson.loads(b"".join(self.body)) if self.body else None
 
     async def _connect(self, data: bytes) -> None:

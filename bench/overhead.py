@@ -12,6 +12,7 @@ reports client-seen time to first token (TTFT) and the relay's CPU time per rela
     python bench/overhead.py --tap metrics-off:OLLAMA_TAP_METRICS=false \
                              --tap recorder-off:OLLAMA_TAP_RECORD=off   # variants side by side
     python bench/overhead.py --floor --only light   # and a minimal Python relay (floor.py)
+    python bench/overhead.py --floor --floor-busy 150 --floor-busy 150:after --only light
 
 nginx comes from Debian (`apt-get install nginx`); it is installed when absent and we are
 root, otherwise its column is skipped.
@@ -282,6 +283,14 @@ def parse_args() -> argparse.Namespace:
         "(a reference point: what ollama-tap costs beyond it is what its work costs)",
     )
     parser.add_argument(
+        "--floor-busy",
+        action="append",
+        default=[],
+        metavar="US[:after]",
+        help="also measure the floor with US microseconds of extra work per request, after "
+        "its send (or after its first token, with :after); repeatable",
+    )
+    parser.add_argument(
         "--only", metavar="WORD", help="run only the workloads whose name contains WORD"
     )
     return parser.parse_args()
@@ -319,11 +328,13 @@ def main() -> int:
         if not args.no_nginx and (started := start_nginx(up_port, tmp)):
             procs.append(started[0])
             targets.append(started[1])
-        if args.floor:
+        floors = [""] * args.floor + args.floor_busy
+        for busy in floors:
             port = free_port()
-            floor = [sys.executable, str(ROOT / "bench" / "floor.py"), str(port), str(up_port)]
-            procs.append(subprocess.Popen(floor))
-            targets.append(Target("python floor", f"http://127.0.0.1:{port}", [procs[-1].pid]))
+            script = str(ROOT / "bench" / "floor.py")
+            procs.append(subprocess.Popen([sys.executable, script, str(port), str(up_port), busy]))
+            name = f"floor +{busy}" if busy else "python floor"
+            targets.append(Target(name, f"http://127.0.0.1:{port}", [procs[-1].pid]))
         spawned = time.perf_counter()
         for name, env in taps.items():
             proc, target = start_tap(name, up_port, tmp, env)
@@ -381,14 +392,14 @@ def print_report(report: dict[str, Any]) -> None:
     head = ("target", "TTFT p50", "p99", "+p50", "+p99", "CPU µs/chunk", "× nginx")
     for row in report["workloads"]:
         print(f"\n{row['workload']}")
-        print("  {:<14} {:>9} {:>8} {:>7} {:>7} {:>13} {:>8}".format(*head))
+        print("  {:<16} {:>9} {:>8} {:>7} {:>7} {:>13} {:>8}".format(*head))
         data = row["targets"]
         direct = data["direct"]
         nginx_cpu = data.get("nginx", {}).get("cpu_us_per_chunk")
         for name, d in data.items():
             cpu = d["cpu_us_per_chunk"]
             print(
-                "  {:<14} {:>7.2f}ms {:>6.2f}ms {:>+7.2f} {:>+7.2f} {:>13} {:>8}".format(
+                "  {:<16} {:>7.2f}ms {:>6.2f}ms {:>+7.2f} {:>+7.2f} {:>13} {:>8}".format(
                     name,
                     d["ttft_p50_ms"],
                     d["ttft_p99_ms"],
