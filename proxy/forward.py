@@ -288,10 +288,13 @@ class _Relay:
         self.announce_reply()
         return reader
 
-    def note_head(self, status: int, headers: CIMultiDictProxy[str]) -> ollama.Reader | None:
-        """Fill the Exchange from the reply's head; the reader for the body."""
+    def note_head(
+        self, status: int, headers: CIMultiDictProxy[str], arrived: float | None = None
+    ) -> ollama.Reader | None:
+        """Fill the Exchange from the reply's head (which arrived at `arrived`, or now); the
+        reader for the body."""
         ex = self.ex
-        ex.response_started = time.monotonic()
+        ex.response_started = arrived or time.monotonic()
         ex.status = status
         ex.response_headers = dict(headers)
         ex.content_type = headers.get(hdrs.CONTENT_TYPE, "")

@@ -4,7 +4,10 @@ mechanics it implements itself (pool, framing, back-pressure, timeouts, TLS upst
 from __future__ import annotations
 
 import asyncio
+import re
+import socket
 import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -16,8 +19,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.exchange import Exchange, Outcome, OutputChunk
+from proxy.fastrelay.connection import UpstreamConnection
 from proxy.fastrelay.front import FrontConnection
-from proxy.fastrelay.frontrelay import FrontRequest
+from proxy.fastrelay.frontrelay import FrontRelay, FrontRequest
+from proxy.fastrelay.reply import Reply
+from proxy.forward import Forwarder
 from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama, Script
 from tests.test_forward import ROUTES, comparable, fetch
@@ -525,3 +531,97 @@ async def test_a_head_that_failed_is_not_announced(
             assert "internal error" in (await resp.json())["error"]
     assert [name for name, _ in recorder.calls] == ["request", "error"]
     assert recorder.calls[-1][1][6] is Outcome.PROXY_ERROR
+
+
+async def test_a_reply_that_ended_before_its_relay_took_it_leaves_its_connection_usable(
+    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request sent on arrival can have its whole reply read before the exchange's task
+    adopts it (under load, uvloop polls again within a loop turn), and its connection is
+    back in the pool by then. A client too slow for that reply must not pause the pooled
+    connection, or the next request on it never gets an answer."""
+    size = 200_000
+    listener = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=_threaded_upstream, args=(listener, size), daemon=True).start()
+    late = Forwarder.handle
+
+    async def handle_late(fwd: Forwarder, request: web.Request, make: Any = None) -> Any:
+        if request.path == "/api/big":
+            time.sleep(0.1)  # noqa: ASYNC251 -- a busy loop: the whole reply arrives meanwhile
+            await asyncio.sleep(0)  # ... and is read before the relay exists
+            await asyncio.sleep(0)
+        return await late(fwd, request, make)
+
+    def small_send_buffer(conn: FrontConnection, transport: asyncio.BaseTransport) -> None:
+        # A remote client's socket (loopback's starts near 1 MiB): the reply fills it.
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+        made(conn, transport)
+
+    def large_receive_buffer(conn: UpstreamConnection, transport: asyncio.BaseTransport) -> None:
+        transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        up_made(conn, transport)
+
+    adopted: list[tuple[str, bool]] = []
+
+    def noting(relay: FrontRelay) -> Reply | None:
+        reply = adopt(relay)
+        if reply is not None:
+            adopted.append((relay.front_request.path, reply.ended))
+        return reply
+
+    adopt = FrontRelay.adopt_sent
+    monkeypatch.setattr(FrontRelay, "adopt_sent", noting)
+    made, up_made = FrontConnection.connection_made, UpstreamConnection.connection_made
+    monkeypatch.setattr(FrontConnection, "connection_made", small_send_buffer)
+    monkeypatch.setattr(UpstreamConnection, "connection_made", large_receive_buffer)
+    monkeypatch.setattr(Forwarder, "handle", handle_late)
+    proxy = await proxy_factory(
+        relay="fast", upstream=f"http://127.0.0.1:{listener.getsockname()[1]}"
+    )
+    async with aiohttp.ClientSession() as s:  # leaves an idle pooled connection
+        assert (await fetch(s, "GET", proxy.url + "/api/tags", None))[0] == 200
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(slow, (proxy.host, proxy.port))
+    slow.send(b"POST /api/big HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}")
+    await asyncio.sleep(0.4)
+    async with aiohttp.ClientSession() as s:
+        status = await asyncio.wait_for(fetch(s, "GET", proxy.url + "/api/tags", None), 5)
+    assert status[0] == 200
+    assert ("/api/big", True) in adopted, "the reply did not end before it was adopted"
+    slow.close()
+    listener.close()
+
+
+def _threaded_upstream(listener: socket.socket, size: int) -> None:
+    """Keep-alive HTTP/1.1 on its own thread, so it answers while the proxy's loop is busy:
+    `size` bytes for /api/big, a small JSON object for anything else."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=_serve_connection, args=(conn, size), daemon=True).start()
+
+
+def _serve_connection(conn: socket.socket, size: int) -> None:
+    data = b""
+    with conn:
+        while True:
+            while b"\r\n\r\n" not in data:
+                more = conn.recv(65536)
+                if not more:
+                    return
+                data += more
+            head, _, data = data.partition(b"\r\n\r\n")
+            length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+            need = int(length.group(1)) if length else 0
+            while len(data) < need:
+                data += conn.recv(65536)
+            data = data[need:]
+            body = b"x" * size if b" /api/big " in head.split(b"\r\n")[0] + b" " else b"{}"
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+            )

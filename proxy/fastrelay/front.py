@@ -176,8 +176,6 @@ class FrontConnection(asyncio.Protocol):
         self.longest_field = 0
         self.current: FrontRequest | None = None
         """The request whose body is being read."""
-        self.serving: FrontRequest | None = None
-        """The request of the running exchange."""
         self.fresh: FrontRequest | None = None
         """A request whose exchange was started in the current read: if its body ends in
         the same read, it is sent upstream at once (`send_now`)."""
@@ -243,11 +241,6 @@ class FrontConnection(asyncio.Protocol):
             # aiohttp's handler_cancellation: the exchange ends as `client_disconnected`
             # (or `shutdown`) and the upstream connection is closed, so Ollama stops.
             self.task.cancel()
-        if self.serving is not None and self.serving.sent is not None:
-            # Sent by `send_now`, not yet taken by a relay (whose cancellation would close
-            # it): should the task never run, Ollama must still stop.
-            self.serving.sent.abandon()
-            self.serving.sent = None
         self.writing_paused = False
         self._wake_writer()
 
@@ -344,7 +337,6 @@ class FrontConnection(asyncio.Protocol):
 
     def start(self, request: FrontRequest) -> None:
         self._disarm_idle()
-        self.serving = request
         self.task = asyncio.get_running_loop().create_task(self.serve(request))
 
     def send_now(self, request: FrontRequest) -> None:
@@ -382,9 +374,9 @@ class FrontConnection(asyncio.Protocol):
             transport.abort()
             return
         finally:
-            self.task = self.relay = self.serving = None
+            self.task = self.relay = None
             if request.sent is not None:  # never adopted: the exchange ended before its send
-                request.sent.abandon()
+                request.sent.drop()
         keep = request.keep_alive and not self.front.closing
         if resp is not WRITTEN and not transport.is_closing():
             transport.write(error_response(resp, keep))

@@ -293,7 +293,8 @@ class FrontRelay(FastRelay):
             self.announced = True
             reply = self.reply
             assert reply is not None
-            self.reader = self.note_head(reply.status, CIMultiDictProxy(CIMultiDict(reply.headers)))
+            headers = CIMultiDictProxy(CIMultiDict(reply.headers))
+            self.reader = self.note_head(reply.status, headers, reply.arrived)
             self.announce_reply()
 
     def finish(self, outcome: Outcome) -> None:

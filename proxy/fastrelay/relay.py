@@ -198,7 +198,12 @@ class FastRelay(_Relay):
             self.stop_upstream()
             self.wake()
             return
-        if self.request.protocol.writing_paused and not self.held:
+        reply = self.reply
+        if (
+            self.request.protocol.writing_paused
+            and not self.held
+            and not (reply is not None and reply.ended)  # its connection may serve another
+        ):
             self.held = True
             if self.conn is not None:
                 self.conn.pause_reading()

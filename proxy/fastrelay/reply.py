@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -43,6 +44,8 @@ class Reply:
         self.parser = httptools.HttpResponseParser(self)
         self.head: asyncio.Future[None] = conn.loop.create_future()
         self.status = 0
+        self.arrived: float | None = None
+        """Monotonic time the head was parsed (the Exchange's `response_started`)."""
         self.reason = ""
         self.headers: list[tuple[str, str]] = []
         self.sink: ReplySink | None = None
@@ -88,6 +91,7 @@ class Reply:
             self.interim, self.headers, self.reason = True, [], ""
             return
         self.status = status
+        self.arrived = time.monotonic()
         self.until_close = self._reads_until_close()
         self.head.set_result(None)
         if self.on_head is not None:
@@ -121,6 +125,13 @@ class Reply:
         """Stop reading: the connection is closed at once (how Ollama learns to stop)."""
         self.sink, self.pending = None, []
         self.fail(UpstreamGone("the reply was abandoned"))
+
+    def drop(self) -> None:
+        """Abandon a reply nobody will await (sent, never adopted): its head's exception is
+        taken here, so asyncio does not report it as never retrieved."""
+        self.abandon()
+        if not self.head.cancelled():
+            self.head.exception()
 
     def fail(self, error: BaseException) -> None:
         self._end(error, False)
