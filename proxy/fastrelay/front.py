@@ -7,7 +7,9 @@ needs: plain HTTP/1.1 requests in origin form for Ollama. Every other request â€
 the metrics path, HTTP/1.0, `Expect`, `Upgrade`, odd framing, a Host the DNS-rebinding check
 refuses, bytes that do not parse â€” is handed, with the connection and every byte read so
 far, to aiohttp's server, which answers exactly as it did before the front existed. A
-hand-off happens at a request boundary and is final for that connection.
+hand-off happens at a request boundary and is final for that connection. A request that
+arrives whole in one read is written upstream from that read's callback, before its
+exchange is made (`FrontConnection.send_now`); the exchange's relay adopts the reply.
 
 Semantics kept from aiohttp's server: keep-alive (75 s idle), pipelined requests answered
 in order, request bodies streamed with back-pressure, a client that disconnects cancels its
