@@ -52,7 +52,7 @@ def kept_headers(headers: Pairs, fixed: frozenset[str]) -> list[tuple[str, str]]
     pairs = headers if isinstance(headers, list) else list(headers)
     drop = fixed
     for name, value in pairs:
-        if name.lower() == "connection":  # rare beyond `keep-alive`/`close`: no set otherwise
+        if name.lower() == "connection":  # a set is built only for a Connection header
             drop = drop | {t.strip().lower() for t in value.split(",")}
     return [(k, v) for k, v in pairs if k.lower() not in drop]
 
