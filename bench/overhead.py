@@ -328,7 +328,7 @@ def main() -> int:
         if not args.no_nginx and (started := start_nginx(up_port, tmp)):
             procs.append(started[0])
             targets.append(started[1])
-        floors = [""] * args.floor + args.floor_busy
+        floors = ([""] if args.floor else []) + args.floor_busy
         for busy in floors:
             port = free_port()
             script = str(ROOT / "bench" / "floor.py")

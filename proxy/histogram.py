@@ -73,9 +73,6 @@ class LoopHistogram(Collector):
             series = self._series[values] = Series(self.bounds)
         return series
 
-    def labels(self, *values: str) -> Series:
-        return self[values]
-
     def describe(self) -> list[Metric]:
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 

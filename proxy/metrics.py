@@ -167,9 +167,9 @@ class RequestMetrics:
             [E, M],
             LATENCY_BUCKETS,
         )
-        self.inter_token = LoopHistogram(
+        self.inter_token = _histogram(
             r,
-            f"{NS}_inter_token_latency_seconds",
+            "inter_token_latency_seconds",
             "Gaps between output chunks as relayed.",
             [E, M],
             INTER_TOKEN_BUCKETS,
@@ -351,7 +351,7 @@ class MetricsObserver:
         gaps = state.gaps
         if gaps is None:
             # Made at the first gap, not at `request`: a one-chunk reply adds no series.
-            gaps = state.gaps = self.m.inter_token.labels(ex.endpoint, state.model)
+            gaps = state.gaps = self.m.inter_token[ex.endpoint, state.model]
         if last is not None:
             gaps.observe(at - last)
             gaps_here -= 1

@@ -27,7 +27,7 @@ def test_same_exposition_as_the_librarys_histogram(render: object) -> None:
         "x_gap_seconds", "Gaps.", ["endpoint", "model"], buckets=BUCKETS, registry=theirs
     )
     for gap in GAPS:
-        mine.labels("/api/chat", "m:latest").observe(gap)
+        mine["/api/chat", "m:latest"].observe(gap)
         ref.labels("/api/chat", "m:latest").observe(gap)
     assert _created_normalised(render(ours)) == _created_normalised(render(theirs))  # type: ignore[operator]
 
@@ -36,7 +36,7 @@ def test_samples_read_back_through_the_registry() -> None:
     registry = CollectorRegistry()
     hist = LoopHistogram(registry, "x_gap_seconds", "Gaps.", ["endpoint", "model"], BUCKETS)
     for gap in GAPS:
-        hist.labels("e", "m").observe(gap)
+        hist["e", "m"].observe(gap)
     labels = {"endpoint": "e", "model": "m"}
     assert registry.get_sample_value("x_gap_seconds_count", labels) == len(GAPS)
     assert registry.get_sample_value("x_gap_seconds_sum", labels) == pytest.approx(sum(GAPS))
@@ -57,6 +57,6 @@ def test_observe_times_is_observe_repeated() -> None:
     a = LoopHistogram(once, "x_gap_seconds", "Gaps.", ["e"], BUCKETS)
     b = LoopHistogram(many, "x_gap_seconds", "Gaps.", ["e"], BUCKETS)
     for _ in range(7):
-        a.labels("e").observe(0.002)
-    b.labels("e").observe_times(0.002, 7)
+        a["e",].observe(0.002)
+    b["e",].observe_times(0.002, 7)
     assert _created_normalised(generate_latest(once)) == _created_normalised(generate_latest(many))

@@ -314,7 +314,7 @@ def response_head(
     that must be empty keeps no Transfer-Encoding, nor a Content-Length on 1xx/204/304; and
     `Connection: close` when the client asked to close. Nothing else is added.
     """
-    out = kept_headers(headers, HOP_BY_HOP)  # Connection included: it is always re-made
+    out = kept_headers(headers, HOP_BY_HOP)  # Connection too: only `close` is added back
     empty = method == "HEAD" or status in (204, 304) or status < 200
     chunked = False
     if empty:
