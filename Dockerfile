@@ -1,4 +1,17 @@
 # ollama-tap: the proxy on :11435, its recordings on the /data volume.
+
+# The wheels: ollama-tap's hot modules are compiled (mypyc, see setup.py), which takes a
+# C compiler that the image itself does not need.
+FROM python:3.11-slim AS build
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY proxy ./proxy
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -15,11 +28,8 @@ RUN groupadd --system --gid 10001 tap \
     && chown tap:tap /data \
     && chmod 0700 /data
 
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY proxy ./proxy
-RUN pip install --no-cache-dir . \
-    && rm -rf /src
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels /wheels/ollama_tap-*.whl
 
 WORKDIR /data
 USER 10001:10001

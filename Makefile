@@ -6,22 +6,32 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 ARGS    ?=
 
-.PHONY: run test lint typecheck unit unit-aiohttp-relay system-deps bench env clean
+SOURCES := $(wildcard proxy/*.py proxy/*/*.py)
 
-$(VENV)/.run-deps: pyproject.toml
+.PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps bench env clean
+
+# Installed as plain Python first; $(VENV)/.compiled then builds the hot modules in place.
+$(VENV)/.run-deps: pyproject.toml setup.py
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --upgrade pip 'setuptools>=77' wheel 'mypy>=1.15'
+	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.test-deps: pyproject.toml
+$(VENV)/.test-deps: pyproject.toml setup.py
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --upgrade pip 'setuptools>=77' wheel
+	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.run-deps
 
+## the hot modules compiled with mypyc (setup.py lists them) beside their sources; again
+## after any change to the package, since Python imports an extension module before its
+## .py and a stale build would shadow the edit (the test suite refuses to run on one)
+$(VENV)/.compiled: $(VENV)/.run-deps setup.py $(SOURCES)
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	touch $@
+
 ## make run: create the virtual environment, install, start the proxy on 127.0.0.1:11435
-run: $(VENV)/.run-deps
+run: $(VENV)/.run-deps $(VENV)/.compiled
 	$(VENV)/bin/ollama-tap serve $(ARGS)
 
 ## system-deps: Debian packages the suite uses (prometheus and promtool for the rule and
@@ -34,25 +44,30 @@ system-deps:
 	  prometheus prometheus-alertmanager chromium fonts-dejavu-core openssl >/dev/null; }
 
 lint: $(VENV)/.test-deps
-	$(VENV)/bin/ruff check proxy tests bench grafana
-	$(VENV)/bin/ruff format --check proxy tests bench grafana
+	$(VENV)/bin/ruff check proxy tests bench grafana setup.py
+	$(VENV)/bin/ruff format --check proxy tests bench grafana setup.py
 
 typecheck: $(VENV)/.test-deps
 	$(VENV)/bin/mypy
 
-unit: $(VENV)/.test-deps system-deps
+unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps
 	$(VENV)/bin/pytest $(ARGS)
 
 ## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one
-unit-aiohttp-relay: $(VENV)/.test-deps
+unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled
 	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.test_aiohttp_relay_mode \
 	  --ignore=tests/deploy --ignore=tests/inspector
 
+## the same proxy tests against the .py sources (an OLLAMA_TAP_PURE_PYTHON=1 install), and
+## the tests that patch module internals, which compiled modules do not see
+unit-interpreted: $(VENV)/.test-deps
+	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q --ignore=tests/deploy --ignore=tests/inspector
+
 ## make test: install everything the tests need, then lint, type-check and run the suite
-test: lint typecheck unit unit-aiohttp-relay
+test: lint typecheck unit unit-aiohttp-relay unit-interpreted
 
 ## make bench: the overhead benchmark (direct vs nginx vs ollama-tap), prints ratios
-bench: $(VENV)/.test-deps
+bench: $(VENV)/.test-deps $(VENV)/.compiled
 	$(PY) bench/overhead.py $(ARGS)
 
 ## make env: the .env the compose stack reads (a fresh admin token)
@@ -62,4 +77,5 @@ env:
 	@echo "deploy/.env ready (mode 0600; the compose stack reads it)"
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build
+	find proxy -name '*.so' -delete

@@ -13,8 +13,9 @@ from proxy import auth
 from proxy.accesslog import AccessLog
 from proxy.config import Settings
 from proxy.fastrelay import FastRelay, UpstreamPool
-from proxy.fastrelay.front import Front, FrontSite
+from proxy.fastrelay.front import Front
 from proxy.fastrelay.frontrelay import FrontRelay
+from proxy.fastrelay.site import FrontSite
 from proxy.forward import Forwarder, MakeRelay
 from proxy.hooks import Hooks
 from proxy.hostcheck import host_check, local_addresses

@@ -216,11 +216,8 @@ class _Relay:
             else:
                 self.tee_buf = None
 
-    async def body(self) -> AsyncIterator[bytes]:
-        async for data in self.request.content.iter_any():
-            self.tee_piece(data)
-            yield data
-        self.fire_request()
+    def body(self) -> AsyncIterator[bytes]:
+        return _TeedBody(self)
 
     async def upload(self) -> bytes | AsyncIterator[bytes] | None:
         """What to send upstream: nothing, the body at hand, or the body as it streams in.
@@ -422,3 +419,24 @@ class _Relay:
         self.ex.outcome = outcome
         self.ex.ended = time.monotonic()
         self.hooks.end(self.ex)
+
+
+class _TeedBody:
+    """A request body as it streams in, teed on its way; the `request` hook fires at its
+    end. An iterator rather than an async generator: mypyc compiles no async generators."""
+
+    def __init__(self, relay: _Relay) -> None:
+        self.relay = relay
+        self.pieces = relay.request.content.iter_any().__aiter__()
+
+    def __aiter__(self) -> _TeedBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            data = await self.pieces.__anext__()
+        except StopAsyncIteration:
+            self.relay.fire_request()
+            raise
+        self.relay.tee_piece(data)
+        return data

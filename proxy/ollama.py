@@ -563,7 +563,7 @@ class _OpenAIReader(_SseReader):
     only a non-zero usage replaces the one kept.
     """
 
-    _TERMINAL_DATA = b"[DONE]"
+    _TERMINAL_DATA: bytes | None = b"[DONE]"
 
     def _meaning(self, obj: dict[str, Any], name: str, at: float, nbytes: int) -> list[OutputChunk]:
         usage = _compat_usage(obj.get("usage"))

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import gc
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -14,9 +19,71 @@ import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy.app import make_app, make_site
-from proxy.config import Settings
-from tests.serve_process import ADMIN_TOKEN
+ROOT = Path(__file__).resolve().parents[1]
+INTERPRETED = bool(os.environ.get("OLLAMA_TAP_INTERPRETED"))
+"""Run against proxy's .py sources even where their compiled twins (mypyc, setup.py) sit
+beside them: `make test` runs the suite both ways."""
+
+
+class _SourcesFirst(importlib.abc.MetaPathFinder):
+    """Finds proxy's modules as .py files, never as the extension modules built from them."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name != "proxy" and not name.startswith("proxy."):
+            return None
+        base = ROOT.joinpath(*name.split("."))
+        if (init := base / "__init__.py").exists():
+            return importlib.util.spec_from_file_location(
+                name, init, submodule_search_locations=[str(base)]
+            )
+        source = base.with_suffix(".py")
+        return importlib.util.spec_from_file_location(name, source) if source.exists() else None
+
+
+def _stale_build() -> str | None:
+    """What makes the in-place build older than the sources it was built from, if anything:
+    Python imports an extension module before its .py, so an edit would go untested."""
+    built = list((ROOT / "proxy").rglob("*.so"))
+    if not built:
+        return None
+    oldest = min(p.stat().st_mtime for p in built)
+    newer = [p for p in (ROOT / "proxy").rglob("*.py") if p.stat().st_mtime > oldest]
+    return str(newer[0].relative_to(ROOT)) if newer else None
+
+
+if INTERPRETED:
+    sys.meta_path.insert(0, _SourcesFirst())
+elif (_edited := _stale_build()) is not None:
+    pytest.exit(
+        f"{_edited} changed after the compiled modules were built: run `make test` (which "
+        "rebuilds them), or OLLAMA_TAP_INTERPRETED=1 pytest to test the sources as they are",
+        returncode=2,
+    )
+
+# After the import hook above.
+import proxy.forward  # noqa: E402
+from proxy.app import make_app, make_site  # noqa: E402
+from proxy.config import Settings  # noqa: E402
+from tests.serve_process import ADMIN_TOKEN  # noqa: E402
+
+COMPILED = not (proxy.forward.__file__ or "").endswith(".py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that patch a module's internals run only against the interpreted sources:
+    compiled code calls its functions and reads its constants directly, unpatched."""
+    if not COMPILED:
+        return
+    skip = pytest.mark.skip(
+        reason="patches module internals, which compiled code does not look up; "
+        "runs in the interpreted pass (OLLAMA_TAP_INTERPRETED=1)"
+    )
+    for item in items:
+        if item.get_closest_marker("interpreted"):
+            item.add_marker(skip)
+
 
 pytest_plugins = ["tests.fake_ollama"]
 

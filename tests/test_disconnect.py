@@ -146,6 +146,7 @@ async def test_serve_speaks_tls_with_a_cert_and_key(
         assert await asyncio.wait_for(proc.wait(), 30) == 0
 
 
+@pytest.mark.interpreted
 async def test_a_request_sent_on_arrival_is_recorded_and_stopped_when_its_client_left(
     proxy_factory: MakeProxy,
     slow_upstream: tuple[SlowUpstream, str],

@@ -18,10 +18,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from proxy.app import FRONT
 from proxy.exchange import Exchange, Outcome, OutputChunk
 from proxy.fastrelay.connection import UpstreamConnection
 from proxy.fastrelay.front import FrontConnection
-from proxy.fastrelay.frontrelay import FrontRelay, FrontRequest
+from proxy.fastrelay.frontrelay import FrontRelay
 from proxy.fastrelay.reply import Reply
 from proxy.forward import Forwarder
 from tests.conftest import MakeProxy, Proxy
@@ -78,18 +79,24 @@ async def through(
     body: Any,
     *,
     warm: bool = False,
+    on_arrival: list[bool] | None = None,
     **kw: Any,
 ) -> tuple[Recorder, tuple[int, list[tuple[str, str]], bytes]]:
     """One request through a new proxy; `warm`: after another one, so that an idle pooled
-    connection waits (the front then sends a request that arrived whole on arrival)."""
+    connection waits (the front then sends a request that arrived whole on arrival).
+    `on_arrival` is told whether the front sent this one on arrival."""
     recorder = Recorder()
     proxy = await proxy_factory(relay=relay, observers=(recorder,), **kw)
     if warm:
         async with aiohttp.ClientSession() as s:
             await fetch(s, "GET", proxy.url + "/api/version", None)
         recorder.calls.clear()
+    front = proxy.app.get(FRONT)
+    before = front.sent_on_arrival if front is not None else 0
     async with aiohttp.ClientSession(auto_decompress=False, headers=_MARK) as s:
         got = await fetch(s, method, proxy.url + path, body)
+    if on_arrival is not None:
+        on_arrival.append(front is not None and front.sent_on_arrival > before)
     return recorder, (got[0], comparable(got[1]), got[2])
 
 
@@ -100,22 +107,16 @@ async def test_both_relays_send_the_same_and_report_the_same(
     body: Any,
     proxy_factory: MakeProxy,
     fake_ollama: FakeOllama,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Byte for byte upstream, in hooks and on the wire back: the aiohttp relay, the fast
     relay, and the fast relay's front sending a request the moment it arrived whole."""
     on_arrival: list[bool] = []
-    send_now = FrontConnection.send_now
-
-    def noting(conn: FrontConnection, request: FrontRequest) -> None:
-        send_now(conn, request)
-        on_arrival.append(request.sent is not None)
-
-    monkeypatch.setattr(FrontConnection, "send_now", noting)
     seen = {}
     for relay, warm in [*((r, False) for r in RELAYS), ("fast", True)]:
         before = len(fake_ollama.received)
-        recorder, reply = await through(proxy_factory, relay, method, path, body, warm=warm)
+        recorder, reply = await through(
+            proxy_factory, relay, method, path, body, warm=warm, on_arrival=on_arrival
+        )
         # The proxy's poller also talks to the fake; only the test's request counts.
         sent = [r for r in fake_ollama.received[before:] if (*_MARK.items(),)[0] in r.headers]
         upstream = [(r.method, r.headers, r.body) for r in sent]
@@ -400,6 +401,7 @@ async def test_a_reason_phrase_split_across_reads_is_kept_whole(
     writer.close()
 
 
+@pytest.mark.interpreted
 async def test_an_upload_answered_early_that_stalls_loses_its_connection(
     proxy_factory: MakeProxy,
     raw_upstream: Callable[[RawHandler], Awaitable[str]],
@@ -512,6 +514,7 @@ async def test_observers_time_is_not_the_clients(
     assert ex.first_output <= observer.told_at
 
 
+@pytest.mark.interpreted
 async def test_a_head_that_failed_is_not_announced(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -533,6 +536,7 @@ async def test_a_head_that_failed_is_not_announced(
     assert recorder.calls[-1][1][6] is Outcome.PROXY_ERROR
 
 
+@pytest.mark.interpreted
 async def test_a_reply_that_ended_before_its_relay_took_it_leaves_its_connection_usable(
     proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, cast
 
-from proxy.fastrelay.reply import Reply, UpstreamGone
+from proxy.fastrelay.errors import UpstreamGone
+from proxy.fastrelay.reply import Reply
 
 if TYPE_CHECKING:
     from proxy.fastrelay.pool import UpstreamPool

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import socket
 import time
 from collections.abc import Callable
-from typing import Any, Final, Literal, cast
+from typing import Final, Literal, cast
 
 import httptools
 import structlog
@@ -35,7 +33,8 @@ from multidict import CIMultiDict
 from proxy.config import Settings
 from proxy.exchange import Exchange
 from proxy.fastrelay import wire
-from proxy.fastrelay.frontrelay import WRITTEN, ClientGone, FrontRelay, FrontRequest, error_response
+from proxy.fastrelay.errors import ClientGone
+from proxy.fastrelay.frontrelay import WRITTEN, FrontRelay, FrontRequest, error_response
 from proxy.fastrelay.pool import UpstreamPool
 from proxy.fastrelay.wire import text
 from proxy.forward import Forwarder, MakeRelay, _Relay
@@ -91,6 +90,8 @@ class Front:
         self.own_paths = {settings.metrics_path} if settings.metrics else set()
         self.connections: set[FrontConnection] = set()
         self.closing = False
+        self.sent_on_arrival = 0
+        """Requests written upstream from the callback they arrived in (`send_now`)."""
         self._aiohttp: Callable[[], asyncio.Protocol] | None = None
 
     def attach(self, server: Callable[[], asyncio.Protocol]) -> None:
@@ -365,6 +366,7 @@ class FrontConnection(asyncio.Protocol):
             False,
         )
         request.sent = conn.send(head + (body or b""), request.method == "HEAD", True)
+        self.front.sent_on_arrival += 1
 
     async def serve(self, request: FrontRequest) -> None:
         transport = self.transport
@@ -494,33 +496,3 @@ def _has_body(headers: list[tuple[str, str]]) -> bool:
         if lowered == "transfer-encoding" or (lowered == "content-length" and value.strip() != "0"):
             return True
     return False
-
-
-class FrontSite(web.TCPSite):
-    """aiohttp's TCPSite with the front as the listening socket's protocol factory."""
-
-    def __init__(self, runner: web.BaseRunner, front: Front, *args: Any, **kwargs: Any) -> None:
-        super().__init__(runner, *args, **kwargs)
-        self._front = front
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        server = self._runner.server
-        assert server is not None
-        self._front.attach(server)
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._front,
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            reuse_port=self._reuse_port,
-        )
-        for sock in self._server.sockets:
-            # As aiohttp's server: a client that vanished without a word (a laptop closed
-            # during a long prefill) is found out by TCP, and its exchange ends. Set on the
-            # listening socket, every accepted one inherits it: no call per connection.
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)

@@ -7,7 +7,6 @@ import asyncio
 import collections
 import email.utils
 import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final, cast
 
 from aiohttp import hdrs, web
@@ -30,10 +29,6 @@ BODY_HIGH_WATER: Final = 2 * 2**16
 twice its stream reader's limit)."""
 WRITTEN: Final = web.StreamResponse()
 """What a front exchange returns when it wrote its response itself."""
-
-
-class ClientGone(ConnectionResetError):
-    """The client closed its connection while its request body was still arriving."""
 
 
 class BodyStream:
@@ -98,20 +93,26 @@ class BodyStream:
             parts = [data async for data in self.iter_any()]
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        while True:
-            while self._chunks:
-                data = self._chunks.popleft()
-                self._held -= len(data)
-                if self._held <= BODY_HIGH_WATER:
-                    self._conn.resume_reading()
-                yield data
+    def iter_any(self) -> BodyStream:
+        return self
+
+    def __aiter__(self) -> BodyStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        # An iterator rather than an async generator: mypyc compiles no async generators.
+        while not self._chunks:
             if self._error is not None:
                 raise self._error
             if self._eof:
-                return
+                raise StopAsyncIteration
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
+        data = self._chunks.popleft()
+        self._held -= len(data)
+        if self._held <= BODY_HIGH_WATER:
+            self._conn.resume_reading()
+        return data
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None

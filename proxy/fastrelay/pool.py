@@ -10,14 +10,11 @@ from typing import Final
 from yarl import URL
 
 from proxy.fastrelay.connection import UpstreamConnection
+from proxy.fastrelay.errors import UpstreamUnreachable
 
 IDLE_SECONDS: Final = 15.0
 """An idle connection older than this is closed, not reused (aiohttp's keep-alive timeout):
 it may be closing at the upstream's end just as a request is written to it."""
-
-
-class UpstreamUnreachable(ConnectionError):
-    """No connection to the upstream could be opened; the message names host, port and why."""
 
 
 class UpstreamPool:

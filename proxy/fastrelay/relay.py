@@ -16,8 +16,9 @@ from proxy import ollama
 from proxy.exchange import Exchange, Outcome
 from proxy.fastrelay import wire
 from proxy.fastrelay.connection import UpstreamConnection
+from proxy.fastrelay.errors import UpstreamGone
 from proxy.fastrelay.pool import UpstreamPool
-from proxy.fastrelay.reply import Reply, UpstreamGone
+from proxy.fastrelay.reply import Reply
 from proxy.forward import Forwarder, _Relay
 
 log = structlog.get_logger("ollama_tap.fastrelay")

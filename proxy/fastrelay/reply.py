@@ -9,14 +9,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import httptools
 
+from proxy.fastrelay.errors import UpstreamGone
 from proxy.fastrelay.wire import text
 
 if TYPE_CHECKING:
     from proxy.fastrelay.connection import UpstreamConnection
-
-
-class UpstreamGone(ConnectionError):
-    """The upstream closed, broke or garbled the connection before its reply was complete."""
 
 
 class ReplySink(Protocol):

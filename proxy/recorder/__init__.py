@@ -95,4 +95,5 @@ class Recorder:
         if cap is not None:
             self.writer.submit(ex, cap)
 
-    error = response
+    def error(self, ex: Exchange) -> None:
+        self.response(ex)

@@ -27,13 +27,15 @@ def test_hadolint() -> None:
 
 def test_shape() -> None:
     found = instructions()
-    assert found["FROM"] == ["python:3.11-slim"]
+    # Wheels built in a stage with a compiler (the compiled modules), installed in a slim one.
+    assert found["FROM"] == ["python:3.11-slim AS build", "python:3.11-slim"]
+    assert any("pip wheel" in r and r.endswith(" .") for r in found["RUN"])
     user = found["USER"][-1]
     assert user.split(":")[0] not in {"0", "root"}
     assert found["EXPOSE"] == ["11435"]
     assert found["VOLUME"] == ['["/data"]']
     assert any("OLLAMA_TAP_DB=/data/records.db" in env for env in found["ENV"])
-    assert any("pip install" in r and " ." in r for r in found["RUN"])
+    assert any("from=build" in r and "pip install" in r for r in found["RUN"])
     assert "/_tap/healthz" in found["HEALTHCHECK"][0]
     assert found["CMD"] == ['["ollama-tap", "serve", "--host", "0.0.0.0"]']
 
@@ -41,5 +43,6 @@ def test_shape() -> None:
 def test_build_context_holds_only_the_package() -> None:
     ignore = (REPO / ".dockerignore").read_text().split()
     assert ignore[ignore.index("*") :][:1] == ["*"], "everything is excluded first"
-    for needed in ("!pyproject.toml", "!README.md", "!proxy/"):
+    for needed in ("!pyproject.toml", "!setup.py", "!README.md", "!proxy/"):
         assert needed in ignore
+    assert "**/*.so" in ignore, "a development tree's in-place build stays out"
