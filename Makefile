@@ -1,5 +1,6 @@
 # The two commands of the README: `make run` and `make test`. Everything they need is
-# installed here, so a fresh machine (or CI) needs nothing but Python 3.11+ and apt.
+# installed here, so a fresh machine (or CI) needs nothing but Python 3.11+ and apt (which
+# brings gcc and Python's headers for the compiled modules when they are missing).
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -7,28 +8,43 @@ APT     := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 ARGS    ?=
 
 SOURCES := $(wildcard proxy/*.py proxy/*/*.py)
+# A build's extension modules: gone before any install, so none outlives its sources.
+UNBUILD := find proxy -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sources
 
-.PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps bench env clean
+.PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps build-deps \
+	bench env clean
 
 # Installed as plain Python first; $(VENV)/.compiled then builds the hot modules in place.
 $(VENV)/.run-deps: pyproject.toml setup.py
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip 'setuptools>=77' wheel 'mypy>=1.15'
+	$(PY) -m pip install -q --upgrade pip 'setuptools>=77' wheel 'mypy>=1.15,<2.5'
+	$(UNBUILD)
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e .
 	touch $@
 
 $(VENV)/.test-deps: pyproject.toml setup.py
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip 'setuptools>=77' wheel
+	$(UNBUILD)
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.run-deps
 
 ## the hot modules compiled with mypyc (setup.py lists them) beside their sources; again
 ## after any change to the package, since Python imports an extension module before its
 ## .py and a stale build would shadow the edit (the test suite refuses to run on one)
-$(VENV)/.compiled: $(VENV)/.run-deps setup.py $(SOURCES)
+$(VENV)/.compiled: $(VENV)/.run-deps setup.py $(SOURCES) | build-deps
+	touch $@.started  # an edit saved while it builds is newer than the stamp: built again
+	$(UNBUILD)
 	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
-	touch $@
+	@find proxy -name '*.so' | grep -q . || { echo "no module was compiled (see above)"; exit 1; }
+	mv $@.started $@
+
+## build-deps: gcc and Python's headers, for the compiled modules; installed when missing
+build-deps:
+	@command -v gcc >/dev/null 2>&1 || { $(APT) update -qq && $(APT) install -y -qq gcc >/dev/null; }
+	@$(PY) -c "import sysconfig, pathlib, sys; \
+	  sys.exit(not pathlib.Path(sysconfig.get_paths()['include'], 'Python.h').exists())" \
+	  || { $(APT) update -qq && $(APT) install -y -qq python3-dev >/dev/null; }
 
 ## make run: create the virtual environment, install, start the proxy on 127.0.0.1:11435
 run: $(VENV)/.run-deps $(VENV)/.compiled
@@ -78,4 +94,4 @@ env:
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build
-	find proxy -name '*.so' -delete
+	$(UNBUILD)

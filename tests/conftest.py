@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import gc
-import importlib.abc
-import importlib.machinery
-import importlib.util
+import hashlib
+import json
 import logging
 import os
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -22,43 +19,39 @@ from prometheus_client import CollectorRegistry
 ROOT = Path(__file__).resolve().parents[1]
 INTERPRETED = bool(os.environ.get("OLLAMA_TAP_INTERPRETED"))
 """Run against proxy's .py sources even where their compiled twins (mypyc, setup.py) sit
-beside them: `make test` runs the suite both ways."""
-
-
-class _SourcesFirst(importlib.abc.MetaPathFinder):
-    """Finds proxy's modules as .py files, never as the extension modules built from them."""
-
-    def find_spec(
-        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if name != "proxy" and not name.startswith("proxy."):
-            return None
-        base = ROOT.joinpath(*name.split("."))
-        if (init := base / "__init__.py").exists():
-            return importlib.util.spec_from_file_location(
-                name, init, submodule_search_locations=[str(base)]
-            )
-        source = base.with_suffix(".py")
-        return importlib.util.spec_from_file_location(name, source) if source.exists() else None
+beside them, here and in the proxies started as subprocesses: `make test` runs the suite
+both ways."""
 
 
 def _stale_build() -> str | None:
-    """What makes the in-place build older than the sources it was built from, if anything:
-    Python imports an extension module before its .py, so an edit would go untested."""
-    built = list((ROOT / "proxy").rglob("*.so"))
-    if not built:
+    """Why the compiled modules beside the sources were not built from them as they are,
+    if they were not: Python imports an extension module before its .py, so an edit would
+    go untested. setup.py records the hashes of the sources a build compiled."""
+    if not any((ROOT / "proxy").rglob("*.so")):
         return None
-    oldest = min(p.stat().st_mtime for p in built)
-    newer = [p for p in (ROOT / "proxy").rglob("*.py") if p.stat().st_mtime > oldest]
-    return str(newer[0].relative_to(ROOT)) if newer else None
+    record = ROOT / ".compiled-sources"
+    if not record.exists():
+        return "the compiled modules have no record of their sources"
+    built = json.loads(record.read_text())
+    now = {
+        str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((ROOT / "proxy").rglob("*.py"))
+    }
+    changed = sorted(name for name in built.keys() | now.keys() if built.get(name) != now.get(name))
+    return f"{changed[0]} changed since the compiled modules were built" if changed else None
 
 
 if INTERPRETED:
-    sys.meta_path.insert(0, _SourcesFirst())
-elif (_edited := _stale_build()) is not None:
+    from tests.interpreted.sitecustomize import install
+
+    install()
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT / "tests" / "interpreted"), os.environ.get("PYTHONPATH")])
+    )
+elif (_why := _stale_build()) is not None:
     pytest.exit(
-        f"{_edited} changed after the compiled modules were built: run `make test` (which "
-        "rebuilds them), or OLLAMA_TAP_INTERPRETED=1 pytest to test the sources as they are",
+        f"{_why}: run `make test` (which rebuilds them), or OLLAMA_TAP_INTERPRETED=1 pytest "
+        "to test the sources as they are",
         returncode=2,
     )
 

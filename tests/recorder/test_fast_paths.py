@@ -93,7 +93,6 @@ def test_header_allow_list_is_the_same_on_every_call() -> None:
     assert orjson.dumps(got)
 
 
-@pytest.mark.interpreted
 def test_header_names_beyond_the_bound_are_still_decided(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

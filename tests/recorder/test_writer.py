@@ -81,7 +81,6 @@ async def test_file_is_private(tmp_path: Path) -> None:
     }
 
 
-@pytest.mark.interpreted
 async def test_the_queue_is_bounded_by_bytes_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -104,7 +103,6 @@ async def test_the_queue_is_bounded_by_bytes_too(
     assert rec.writer.queued_bytes == 0
 
 
-@pytest.mark.interpreted
 async def test_the_writer_survives_a_failing_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
