@@ -36,7 +36,7 @@ class OutputKind(enum.StrEnum):
     TOOL_CALL = "tool_call"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class OutputChunk:
     """One output piece as relayed to the client (the argument of the `chunk` hook)."""
 
@@ -47,6 +47,11 @@ class OutputChunk:
     """The piece itself (content, thinking, or tool-call JSON); may be empty for tool calls."""
     nbytes: int
     """Size of the line or event that carried it."""
+
+    def __init__(self, at: float, kind: OutputKind, text: str, nbytes: int) -> None:
+        # Written out, not generated: one is made per token, and compiled (mypyc) only a
+        # hand-written __init__ is native (the dataclass one runs interpreted).
+        self.at, self.kind, self.text, self.nbytes = at, kind, text, nbytes
 
 
 @dataclass(slots=True)

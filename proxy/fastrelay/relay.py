@@ -182,7 +182,7 @@ class FastRelay(_Relay):
             self._wake = loop.create_future()
             await self._wake
 
-    # -- ReplySink: runs inside the upstream socket's data_received -----------------------
+    # -- the reply's sink: runs inside the upstream socket's data_received; must not raise --
 
     def reply_body(self, data: bytes) -> None:
         client = self.client
@@ -219,6 +219,7 @@ class FastRelay(_Relay):
         return time.monotonic()
 
     def reply_end(self) -> None:
+        """The reply ended: complete, or with `Reply.error` set."""
         self.wake()
 
     def client_left(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import httptools
 
@@ -14,16 +14,7 @@ from proxy.fastrelay.wire import text
 
 if TYPE_CHECKING:
     from proxy.fastrelay.connection import UpstreamConnection
-
-
-class ReplySink(Protocol):
-    """Where a reply's body goes; both methods run inside the socket callback and must not
-    raise or block."""
-
-    def reply_body(self, data: bytes) -> None: ...
-
-    def reply_end(self) -> None:
-        """The reply ended: complete, or with `Reply.error` set."""
+    from proxy.fastrelay.relay import FastRelay
 
 
 class Reply:
@@ -45,7 +36,9 @@ class Reply:
         """Monotonic time the head was parsed (the Exchange's `response_started`)."""
         self.reason = ""
         self.headers: list[tuple[str, str]] = []
-        self.sink: ReplySink | None = None
+        self.sink: FastRelay | None = None
+        """Where the body goes: the relay's `reply_body` and `reply_end`, called inside the
+        socket callback (the relay's own type, not a Protocol: compiled, the call is direct)."""
         self.on_head: Callable[[], None] | None = None
         """Called inside the socket callback once the head is parsed, before any body byte
         is handed on: a relay that can begin its reply there (attach a sink, write) saves
@@ -111,7 +104,7 @@ class Reply:
 
     # -- the relay's side ---------------------------------------------------------------
 
-    def attach(self, sink: ReplySink) -> None:
+    def attach(self, sink: FastRelay) -> None:
         """Send the body (what already arrived first) to `sink` from now on."""
         self.sink = sink
         self._flush()

@@ -84,9 +84,9 @@ class Recorder:
     def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
         cap = ex.metadata.get(_KEY)
         if cap is not None and (timeline := cap.timeline) is not None:
-            started, add = ex.started, timeline.add
+            started = ex.started
             for piece in pieces:
-                add(piece.at - started, piece)
+                timeline.add(piece.at - started, piece)
 
     def response(self, ex: Exchange) -> None:
         if self.writer is None:
