@@ -190,6 +190,9 @@ class FrontRelay(FastRelay):
     def reply_started(self) -> bool:
         return self.head_sent
 
+    def client_full(self) -> bool:
+        return self.front_request.protocol.writing_paused  # typed: a direct read, compiled
+
     def adopt_sent(self) -> Reply | None:
         request = self.front_request
         reply, request.sent = request.sent, None

@@ -201,7 +201,7 @@ class FastRelay(_Relay):
             return
         reply = self.reply
         if (
-            self.request.protocol.writing_paused
+            self.client_full()
             and not self.held
             and not (reply is not None and reply.ended)  # its connection may serve another
         ):
@@ -209,6 +209,10 @@ class FastRelay(_Relay):
             if self.conn is not None:
                 self.conn.pause_reading()
             self.wake()
+
+    def client_full(self) -> bool:
+        """The client's socket buffer is above its high-water mark."""
+        return bool(self.request.protocol.writing_paused)
 
     def write_body(self, client: asyncio.Transport, data: bytes) -> float:
         """Write a body piece to the client; the monotonic time it was written."""
