@@ -47,7 +47,9 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _can_compile() -> bool:
-    compiler = shutil.which(os.environ.get("CC", "cc"))
+    # The compiler setuptools will run: $CC, else the one Python was built with.
+    command = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    compiler = shutil.which(command.split()[0])
     headers = Path(sysconfig.get_paths()["include"], "Python.h").exists()
     if not (compiler and headers):
         print(

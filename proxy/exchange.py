@@ -53,6 +53,10 @@ class OutputChunk:
         # hand-written __init__ is native (the dataclass one runs interpreted).
         self.at, self.kind, self.text, self.nbytes = at, kind, text, nbytes
 
+    def __reduce__(self) -> tuple[type[OutputChunk], tuple[float, OutputKind, str, int]]:
+        # Compiled, copy and pickle would otherwise call __init__ without arguments.
+        return OutputChunk, (self.at, self.kind, self.text, self.nbytes)
+
 
 @dataclass(slots=True)
 class Usage:

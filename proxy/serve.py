@@ -11,7 +11,7 @@ import sys
 import structlog
 from aiohttp import web
 
-from proxy import logs
+from proxy import forward, logs
 from proxy.app import ADMIN_TOKEN, make_app, make_site
 from proxy.config import Settings
 
@@ -42,8 +42,17 @@ def banner(settings: Settings, token: str | None) -> str:
         f"ollama-tap {base} -> Ollama {settings.upstream_url}\n"
         f"  metrics:   {base}{settings.metrics_path}\n"
         f"  inspector: {inspector}\n"
-        f"  recording: {settings.record_mode} -> {settings.db_path}"
+        f"  recording: {settings.record_mode} -> {settings.db_path}\n"
+        f"  build:     {build_kind()}"
     )
+
+
+def build_kind() -> str:
+    """Whether the hot modules run compiled (mypyc) or interpreted: an install without a C
+    compiler falls back to plain Python, and pip shows no build output unless asked."""
+    if forward.__file__ is not None and forward.__file__.endswith(".py"):
+        return "interpreted (no compiled modules; see README, Installing)"
+    return "compiled"
 
 
 def serve(settings: Settings) -> int:

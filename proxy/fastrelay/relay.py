@@ -182,7 +182,7 @@ class FastRelay(_Relay):
             self._wake = loop.create_future()
             await self._wake
 
-    # -- the reply's sink: runs inside the upstream socket's data_received; must not raise --
+    # -- the reply's sink: inside the upstream socket's data_received; never raises or blocks
 
     def reply_body(self, data: bytes) -> None:
         client = self.client

@@ -82,7 +82,7 @@ class Recorder:
             self._capture(ex)
 
     def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
-        cap = ex.metadata.get(_KEY)
+        cap: Capture | None = ex.metadata.get(_KEY)  # typed: compiled, the calls are direct
         if cap is not None and (timeline := cap.timeline) is not None:
             started = ex.started
             for piece in pieces:

@@ -1,0 +1,26 @@
+"""What `ollama-tap serve` prints first."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+from proxy import forward
+from proxy.config import Settings
+from proxy.exchange import OutputChunk, OutputKind
+from proxy.serve import banner
+
+
+def test_the_banner_says_whether_the_hot_modules_are_compiled() -> None:
+    """An install without a C compiler runs interpreted; pip hides the build's word on it,
+    so `serve` says it."""
+    text = banner(Settings(upstream="http://127.0.0.1:11434", admin_token="t"), "t")
+    compiled = not (forward.__file__ or "").endswith(".py")
+    build = text.splitlines()[-1].split()
+    assert build[:2] == ["build:", "compiled" if compiled else "interpreted"]
+
+
+def test_an_output_chunk_copies_and_pickles() -> None:
+    """The `chunk` hook's argument, compiled or not: observers may keep or send it on."""
+    piece = OutputChunk(1.5, OutputKind.CONTENT, "hi", 7)
+    assert copy.copy(piece) == copy.deepcopy(piece) == pickle.loads(pickle.dumps(piece)) == piece
