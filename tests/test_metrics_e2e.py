@@ -83,11 +83,15 @@ def near(measured: float, expected: float, tol: float = TOL) -> bool:
     return abs(measured - expected) <= tol
 
 
-def took(duration: float, final: Any, injected: float) -> bool:
-    """A request's duration against the time the fake took (its `total_duration`): a dozen
-    sleeps that each overrun by a few ms on a busy machine add up past TOL, so the injected
-    delays only bound it from below."""
-    return near(duration, final.total_duration / 1e9) and duration >= injected
+SLACK = 0.002
+"""How much sooner than asked a timer may fire (the loop's clock resolution)."""
+
+
+def took(measured: float, truth_ns: int, injected: float) -> bool:
+    """A time the proxy measured against the time the fake really took (from its final
+    object, in ns): on a busy machine each of the fake's sleeps overruns by a few ms and a
+    dozen of them add up past TOL, so the injected delays only bound it from below."""
+    return near(measured, truth_ns / 1e9) and measured >= injected - SLACK
 
 
 def native(endpoint: str, model: str, stream: str | None = None) -> dict[str, str]:
@@ -152,9 +156,12 @@ async def test_streamed_timings_match_the_injected_delays(
     ttft_count, ttft = hist(proxy, "time_to_first_token_seconds", **labels)
     ttfc_count, ttfc = hist(proxy, "time_to_first_content_seconds", **labels)
     assert ttft_count == ttfc_count == 1
-    server = (final.load_duration, final.total_duration, final.prompt_eval_duration)
-    assert near(ttft, LOAD + QUEUE + PREFILL), (ttft, server)
-    assert near(ttfc, ttft + len(thinking) * TOKEN, TOL / 2), (ttft, ttfc)
+    # The fake's own first-token time: everything before its eval phase (queue is derived
+    # as total − load − prompt_eval − eval), and its own mean gap between pieces.
+    server_ttft = final.total_duration - final.eval_duration
+    gap = final.eval_duration / 1e9 / (pieces - 1)
+    assert took(ttft, server_ttft, LOAD + QUEUE + PREFILL), (ttft, server_ttft)
+    assert near(ttfc, ttft + len(thinking) * gap, TOL / 2), (ttft, ttfc)
     if thinking:
         assert ttfc > ttft
     else:
@@ -162,14 +169,15 @@ async def test_streamed_timings_match_the_injected_delays(
 
     gaps, gap_sum = hist(proxy, "inter_token_latency_seconds", **labels)
     assert gaps == pieces - 1
-    assert near(gap_sum / gaps, TOKEN, GAP_TOL), gap_sum / gaps
+    assert near(gap_sum / gaps, gap, GAP_TOL) and gap >= TOKEN - SLACK, (gap_sum / gaps, gap)
     rate_count, rate = hist(proxy, "observed_output_rate", **labels)
-    assert rate_count == 1 and near(rate, 1 / TOKEN, 0.25 / TOKEN), rate
+    assert rate_count == 1 and near(rate, 1 / gap, 0.25 / TOKEN), (rate, gap)
     duration_count, duration = hist(proxy, "request_duration_seconds", **streamed)
     assert duration_count == 1
-    assert took(duration, final, LOAD + QUEUE + PREFILL + (pieces - 1) * TOKEN), duration
+    injected = LOAD + QUEUE + PREFILL + (pieces - 1) * TOKEN
+    assert took(duration, final.total_duration, injected), (duration, final.total_duration)
 
-    # Ollama's phases: near the injected delays, and exactly what the final object says.
+    # Ollama's phases: exactly what the final object says, which the injected delays bound.
     phases = {
         "load_duration_seconds": (LOAD, final.load_duration),
         "prompt_eval_duration_seconds": (PREFILL, final.prompt_eval_duration),
@@ -178,11 +186,11 @@ async def test_streamed_timings_match_the_injected_delays(
     for name, (injected, reported) in phases.items():
         count, seconds = hist(proxy, name, **streamed)
         assert count == 1 and seconds == reported / 1e9, name
-        assert near(seconds, injected), (name, seconds)
+        assert seconds >= injected - SLACK, (name, seconds)
     accounted = final.load_duration + final.prompt_eval_duration + final.eval_duration
     queue_count, queue = hist(proxy, "queue_wait_seconds", **streamed)
     assert queue_count == 1 and queue == max(0, final.total_duration - accounted) / 1e9
-    assert near(queue, QUEUE), queue
+    assert queue >= QUEUE - SLACK, queue
 
     # Rates and token counts: exactly their definitions over the reported figures.
     decode_count, decode = hist(proxy, "decode_tokens_per_second", **labels)
@@ -224,9 +232,9 @@ async def test_queue_wait_and_phases_for_unstreamed_replies(
     queue_count, queue = hist(proxy, "queue_wait_seconds", **unstreamed)
     accounted = final.load_duration + final.prompt_eval_duration + final.eval_duration
     assert queue_count == 1 and queue == max(0, final.total_duration - accounted) / 1e9
-    assert near(queue, QUEUE), queue
+    assert queue >= QUEUE - SLACK, queue
     load_count, load = hist(proxy, "load_duration_seconds", **unstreamed)
-    assert load_count == 1 and near(load, LOAD)
+    assert load_count == 1 and load == final.load_duration / 1e9 and load >= LOAD - SLACK
     decode_count, decode = hist(proxy, "decode_tokens_per_second", **labels)
     assert decode_count == 1 and decode == final.eval_count / (final.eval_duration / 1e9)
     # Time to first token, content and the gaps belong to streamed replies only.
@@ -235,7 +243,8 @@ async def test_queue_wait_and_phases_for_unstreamed_replies(
     assert hist(proxy, "inter_token_latency_seconds", **labels) == (0, 0)
     assert hist(proxy, "load_duration_seconds", **native(route, LLAMA, "true")) == (0, 0)
     duration_count, duration = hist(proxy, "request_duration_seconds", **unstreamed)
-    assert duration_count == 1 and took(duration, final, LOAD + QUEUE + PREFILL + 4 * TOKEN)
+    injected = LOAD + QUEUE + PREFILL + 4 * TOKEN
+    assert duration_count == 1 and took(duration, final.total_duration, injected)
 
 
 async def _raw_generate(proxy: Proxy, body: dict[str, Any]) -> dict[str, Any]:
