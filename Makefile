@@ -29,7 +29,7 @@ $(VENV)/.test-deps: pyproject.toml setup.py
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.run-deps
 
-## the hot modules compiled with mypyc (setup.py lists them) beside their sources; again
+## the hot modules compiled with mypyc (proxy/compiled.py lists them) beside their sources; again
 ## after any change to the package, since Python imports an extension module before its
 ## .py and a stale build would shadow the edit (the test suite refuses to run on one)
 $(VENV)/.compiled: $(VENV)/.run-deps setup.py $(SOURCES) | build-deps

@@ -11,7 +11,7 @@ import sys
 import structlog
 from aiohttp import web
 
-from proxy import forward, logs
+from proxy import compiled, logs
 from proxy.app import ADMIN_TOKEN, make_app, make_site
 from proxy.config import Settings
 
@@ -48,11 +48,11 @@ def banner(settings: Settings, token: str | None) -> str:
 
 
 def build_kind() -> str:
-    """Whether the hot modules run compiled (mypyc) or interpreted: an install without a C
-    compiler falls back to plain Python, and pip shows no build output unless asked."""
-    if forward.__file__ is not None and forward.__file__.endswith(".py"):
-        return "interpreted (no compiled modules; see README, Installing)"
-    return "compiled"
+    """Said at start-up: an install without a C compiler falls back to plain Python, and pip
+    shows no build output unless asked."""
+    if compiled.active():
+        return "compiled"
+    return "interpreted (no compiled modules; see README, Installing)"
 
 
 def serve(settings: Settings) -> int:

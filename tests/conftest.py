@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -29,14 +28,10 @@ def _stale_build() -> str | None:
     go untested. setup.py records the hashes of the sources a build compiled."""
     if not any((ROOT / "proxy").rglob("*.so")):
         return None
-    record = ROOT / ".compiled-sources"
+    record = ROOT / compiled.RECORD
     if not record.exists():
         return "the compiled modules have no record of their sources"
-    built = json.loads(record.read_text())
-    now = {
-        str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((ROOT / "proxy").rglob("*.py"))
-    }
+    built, now = json.loads(record.read_text()), compiled.source_hashes(ROOT)
     changed = sorted(name for name in built.keys() | now.keys() if built.get(name) != now.get(name))
     return f"{changed[0]} changed since the compiled modules were built" if changed else None
 
@@ -48,20 +43,22 @@ if INTERPRETED:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT / "tests" / "interpreted"), os.environ.get("PYTHONPATH")])
     )
-elif (_why := _stale_build()) is not None:
+
+# After the import hook above (proxy.compiled itself is never compiled).
+from proxy import compiled  # noqa: E402
+
+if not INTERPRETED and (_why := _stale_build()) is not None:
     pytest.exit(
         f"{_why}: run `make test` (which rebuilds them), or OLLAMA_TAP_INTERPRETED=1 pytest "
         "to test the sources as they are",
         returncode=2,
     )
 
-# After the import hook above.
-import proxy.forward  # noqa: E402
 from proxy.app import make_app, make_site  # noqa: E402
 from proxy.config import Settings  # noqa: E402
 from tests.serve_process import ADMIN_TOKEN  # noqa: E402
 
-COMPILED = not (proxy.forward.__file__ or "").endswith(".py")
+COMPILED = compiled.active()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -75,7 +75,7 @@ class Writer:
         self._added = 0
         self._taken = 0
         self._stop = threading.Event()
-        self._worker: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._next_measure = 0.0
         self._unmeasured = False
@@ -87,7 +87,7 @@ class Writer:
         weight = _weight(ex, cap)
         queued = self._added - self._taken
         full = len(self._queue) >= self.capacity or queued + weight > QUEUE_BYTES
-        if full or (self._worker is not None and not self._worker.is_alive()):
+        if full or (self._thread is not None and not self._thread.is_alive()):
             self.metrics.dropped.inc()
             return
         self._added += weight
@@ -108,15 +108,15 @@ class Writer:
         self._prune()
 
     def start(self) -> None:
-        self._worker = threading.Thread(target=self._run, name="ollama-tap-recorder", daemon=True)
-        self._worker.start()
+        self._thread = threading.Thread(target=self._run, name="ollama-tap-recorder", daemon=True)
+        self._thread.start()
 
     def stop(self, timeout: float) -> None:
         """Drain the queue and close (blocking, bounded by `timeout`)."""
         self._stop.set()
-        if self._worker is not None:
-            self._worker.join(timeout)
-            if self._worker.is_alive():
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
                 log.warning("recorder_stop_timeout", unwritten=len(self._queue))
 
     def _run(self) -> None:

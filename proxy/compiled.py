@@ -1,0 +1,57 @@
+"""Which modules are compiled with mypyc (setup.py), whether this process runs them
+compiled, and the record of the sources a build compiled.
+
+Plain Python with no dependencies: setup.py loads it before anything is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Final
+
+MODULES: Final = [
+    "proxy/exchange.py",
+    "proxy/framing.py",
+    "proxy/ollama.py",
+    "proxy/hooks.py",
+    "proxy/histogram.py",
+    "proxy/names.py",
+    "proxy/accesslog.py",
+    "proxy/forward.py",
+    "proxy/metrics.py",
+    "proxy/fastrelay/front.py",
+    "proxy/fastrelay/frontrelay.py",
+    "proxy/fastrelay/reply.py",
+    "proxy/fastrelay/pool.py",
+    "proxy/fastrelay/wire.py",
+    "proxy/fastrelay/relay.py",
+    "proxy/fastrelay/connection.py",
+    "proxy/recorder/__init__.py",
+    "proxy/recorder/scope.py",
+    "proxy/recorder/timeline.py",
+]
+"""What runs on the event loop per request and per token. Not the recorder's writer thread
+(record, redact, writer): compiled code never offers the GIL to other threads on its own,
+so a large body being scrubbed there would stall the loop for its whole length."""
+
+RECORD: Final = ".compiled-sources"
+"""Beside `proxy/`: the hashes of the sources the last compiling build read. An extension
+module is imported before the .py beside it, so the test suite checks a build against it."""
+
+
+def source_hashes(root: Path) -> dict[str, str]:
+    """The sha256 of every .py under `root`/proxy, by path relative to `root` (compiled code
+    depends on the types of what it imports, so every module counts, compiled or not)."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted((root / "proxy").rglob("*.py"))
+    }
+
+
+def active() -> bool:
+    """Whether this process runs the compiled modules (an install without a C compiler, or
+    with OLLAMA_TAP_PURE_PYTHON=1, runs them as plain Python)."""
+    from proxy import forward
+
+    return not (forward.__file__ or "").endswith(".py")
