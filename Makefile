@@ -11,6 +11,9 @@ SOURCES := $(wildcard proxy/*.py proxy/*/*.py)
 # A build's extension modules: gone before any install, so none outlives its sources.
 UNBUILD := find proxy -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sources
 
+# Serial even under -j: every recipe installs into, or builds in, the same venv and tree.
+.NOTPARALLEL:
+
 .PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps build-deps \
 	bench env clean
 
@@ -22,12 +25,12 @@ $(VENV)/.run-deps: pyproject.toml setup.py
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e .
 	touch $@
 
-$(VENV)/.test-deps: pyproject.toml setup.py
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip 'setuptools>=77' wheel
-	$(UNBUILD)
+# The test tools on top. The reinstall is plain Python like the first, so the extension
+# modules go with it and are built again.
+$(VENV)/.test-deps: $(VENV)/.run-deps
+	$(UNBUILD) && rm -f $(VENV)/.compiled
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e '.[test]'
-	touch $@ $(VENV)/.run-deps
+	touch $@
 
 ## the hot modules compiled with mypyc (proxy/compiled.py lists them) beside their sources; again
 ## after any change to the package, since Python imports an extension module before its

@@ -269,19 +269,26 @@ class _Relay:
         return self.response is not None and self.response.prepared
 
     def begin_reply(
-        self, status: int, reason: str | None, headers: CIMultiDictProxy[str]
+        self,
+        status: int,
+        reason: str | None,
+        headers: CIMultiDictProxy[str],
+        arrived: float | None = None,
     ) -> tuple[RelayResponse, ollama.Reader | None]:
-        """The upstream's head is here: fill the Exchange, fire `response_headers`, and
-        make the client's response (not yet prepared) and the reader for the body."""
-        reader = self.note_reply(status, headers)
+        """The upstream's head is here (it arrived at `arrived`, or now): fill the Exchange,
+        fire `response_headers`, and make the client's response (not yet prepared) and the
+        reader for the body."""
+        reader = self.note_reply(status, headers, arrived)
         resp = self.response = RelayResponse(status=status, reason=reason)
         resp.headers.extend(downstream_headers(headers))
         return resp, reader
 
-    def note_reply(self, status: int, headers: CIMultiDictProxy[str]) -> ollama.Reader | None:
+    def note_reply(
+        self, status: int, headers: CIMultiDictProxy[str], arrived: float | None = None
+    ) -> ollama.Reader | None:
         """Fill the Exchange from the reply's head, fire `response_headers`, and return the
         reader for the body."""
-        reader = self.note_head(status, headers)
+        reader = self.note_head(status, headers, arrived)
         self.announce_reply()
         return reader
 
@@ -323,8 +330,9 @@ class _Relay:
         except ConnectionResetError:
             self.finish(Outcome.CLIENT_DISCONNECTED)
             return resp
+        written = time.monotonic()
         self.close_reader(reader, at)
-        self.finish(ollama.outcome_of(self.ex, reader))
+        self.finish(ollama.outcome_of(self.ex, reader), written)
         return resp
 
     async def relay(self, up: aiohttp.ClientResponse) -> web.StreamResponse:
@@ -347,7 +355,11 @@ class _Relay:
         self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {cut!r}"
         self.abort_client()
         self.close_reader(reader, time.monotonic())
-        self.finish(Outcome.INCOMPLETE)
+        # A stream that already brought its final object (or an error line) ends as that
+        # says: DESIGN's `incomplete` is a stream without its end, and the client has every
+        # line. Any other cut reply, a single JSON one included, is incomplete.
+        ended = reader is not None and self.ex.streamed and (reader.complete or reader.errored)
+        self.finish(ollama.outcome_of(self.ex, reader) if ended else Outcome.INCOMPLETE)
 
     def close_reader(self, reader: ollama.Reader | None, at: float) -> None:
         """Let the reader finish at EOF. A large single reply is parsed right here: orjson
@@ -406,8 +418,9 @@ class _Relay:
         self.finish(outcome)
         return resp
 
-    def finish(self, outcome: Outcome) -> None:
-        """End the exchange once: stamp it and fire `response` or `error`."""
+    def finish(self, outcome: Outcome, at: float | None = None) -> None:
+        """End the exchange once: stamp it (`at`, when its last byte was written; else
+        now) and fire `response` or `error`."""
         if self.ended:
             return
         self.ended = True
@@ -417,7 +430,7 @@ class _Relay:
             self.upstream.close()
         self.fire_request()
         self.ex.outcome = outcome
-        self.ex.ended = time.monotonic()
+        self.ex.ended = at or time.monotonic()
         self.hooks.end(self.ex)
 
 

@@ -619,17 +619,14 @@ class _AnthropicReader(_SseReader):
     """/v1/messages: `content_block_delta` is output, `message_delta` carries the real usage
     and stop_reason, `message_stop` ends the stream.
 
-    message_start's `input_tokens` is Ollama's chars/4 estimate: kept only until
-    message_delta brings the real counts.
+    message_start's `input_tokens` is Ollama's chars/4 estimate, not a count: it is never
+    taken, so a stream cut before message_delta has no usage rather than a made-up one.
     """
 
     def _meaning(self, obj: dict[str, Any], name: str, at: float, nbytes: int) -> list[OutputChunk]:
         if name == "content_block_delta":
             return _chunks(_anthropic_piece(obj.get("delta")), at, nbytes)
-        if name == "message_start":
-            message = _dict(obj.get("message")) or {}
-            self.ex.usage = _compat_usage(message.get("usage")) or self.ex.usage
-        elif name == "message_delta":
+        if name == "message_delta":
             delta = _dict(obj.get("delta")) or {}
             self.ex.usage = _compat_usage(obj.get("usage")) or self.ex.usage
             self.ex.done_reason = _str(delta.get("stop_reason")) or self.ex.done_reason

@@ -327,6 +327,94 @@ async def test_read_timeout_before_and_during_the_reply(
     assert outcomes == [Outcome.INCOMPLETE, Outcome.UPSTREAM_UNREACHABLE]
 
 
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_a_cut_after_the_streams_end_keeps_what_the_stream_said(
+    relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    # The upstream closes without the last chunk, after the final object (the client got
+    # every line: ok), after an error line (stream_error), or before either (incomplete).
+    ends = {
+        b"=final": b'{"model":"m","done":true,"done_reason":"stop","eval_count":1}\n',
+        b"=error": b'{"error":"runner died"}\n',
+        b"=none": b"",
+    }
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_head(reader)
+        end = next(v for k, v in ends.items() if k in head.split(b"\r\n")[0])
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n")
+        writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        for line in (b'{"model":"m","response":"a","done":false}\n', end):
+            if line:
+                writer.write(b"%x\r\n%b\r\n" % (len(line), line))
+        await writer.drain()
+        writer.close()
+
+    spy = Recorder()
+    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve), observers=(spy,))
+    async with aiohttp.ClientSession() as s:
+        for case in ("final", "error", "none"):
+            async with s.post(proxy.url + "/api/generate?end=" + case, json={}) as resp:
+                with pytest.raises(aiohttp.ClientPayloadError):  # cut, as it was upstream
+                    await resp.read()
+    for _ in range(100):
+        if len([c for c in spy.calls if c[0] in ("response", "error")]) == 3:
+            break
+        await asyncio.sleep(0.01)
+    outcomes = [call[1][6] for call in spy.calls if call[0] in ("response", "error")]
+    assert outcomes == [Outcome.OK, Outcome.STREAM_ERROR, Outcome.INCOMPLETE]
+
+
+@pytest.mark.interpreted
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_duration_ends_at_the_last_write_not_after_the_replys_parse(
+    relay: str,
+    proxy_factory: MakeProxy,
+    raw_upstream: Callable[[RawHandler], Awaitable[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A single reply is parsed when it ends (an 8 MiB embedding takes tens of ms); made
+    # to take 80 ms here, the parse must not count in the client's request duration.
+    from proxy import ollama
+
+    parse = ollama._ReplyReader.close
+
+    def slow(self: Any, at: float) -> list[OutputChunk]:
+        time.sleep(0.08)
+        return parse(self, at)
+
+    monkeypatch.setattr(ollama._ReplyReader, "close", slow)
+    body = b'{"model":"m","embeddings":[[0.5]],"total_duration":5,"load_duration":1}'
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        writer.write(b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+        await writer.drain()
+
+    class Clock:
+        name = "clock"
+
+        def __init__(self) -> None:
+            self.ended: list[tuple[Exchange, float]] = []
+
+        def response(self, ex: Exchange) -> None:
+            self.ended.append((ex, time.monotonic()))
+
+    clock = Clock()
+    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve), observers=(clock,))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/api/embed", json={"model": "m", "input": "x"}) as resp:
+            assert await resp.read() == body
+    for _ in range(100):
+        if clock.ended:
+            break
+        await asyncio.sleep(0.01)
+    [(ex, heard)] = clock.ended
+    assert ex.final is not None and ex.usage is not None  # parsed, after the stamp
+    assert ex.ended is not None and heard - ex.ended >= 0.08
+
+
 # -- an https upstream ------------------------------------------------------------------------
 
 

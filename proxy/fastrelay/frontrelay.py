@@ -259,8 +259,10 @@ class FrontRelay(FastRelay):
         at = time.monotonic()
         if self.chunked:
             request.transport.write(wire.LAST_CHUNK)
+        # The duration ends with the last write, not after the reader's parse of a single
+        # reply (up to the tee limit: tens of ms for a large embedding).
         self.close_reader(reader, at)
-        self.finish(ollama.outcome_of(self.ex, reader))
+        self.finish(ollama.outcome_of(self.ex, reader), at)
         return WRITTEN
 
     def write_body(self, client: asyncio.Transport, data: bytes) -> float:
@@ -301,10 +303,10 @@ class FrontRelay(FastRelay):
             self.reader = self.note_head(reply.status, headers, reply.arrived)
             self.announce_reply()
 
-    def finish(self, outcome: Outcome) -> None:
+    def finish(self, outcome: Outcome, at: float | None = None) -> None:
         if self.began:
             self.announce()  # the head came, but the client never got it
-        super().finish(outcome)
+        super().finish(outcome, at)
 
 
 def response_head(

@@ -151,7 +151,8 @@ class FastRelay(_Relay):
 
     async def relay_reply(self, reply: Reply) -> web.StreamResponse:
         headers = CIMultiDictProxy(CIMultiDict(reply.headers))
-        resp, self.reader = self.begin_reply(reply.status, reply.reason, headers)
+        # The head's own arrival, not this task's turn (a loop turn later).
+        resp, self.reader = self.begin_reply(reply.status, reply.reason, headers, reply.arrived)
         try:
             writer = await resp.prepare(self.request)
             assert writer is not None  # a fresh response is always prepared
@@ -248,6 +249,6 @@ class FastRelay(_Relay):
         if self.reply is not None and not self.reply.ended:
             self.reply.abandon()
 
-    def finish(self, outcome: Outcome) -> None:
+    def finish(self, outcome: Outcome, at: float | None = None) -> None:
         self.stop_upstream()
-        super().finish(outcome)
+        super().finish(outcome, at)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -55,7 +56,14 @@ def _when(started: float) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     records, _ = store_from(args).page(_filters(args), args.limit)
-    table = Table(*_COLUMNS, title=f"{len(records)} records")
+    table = Table(
+        title=f"{len(records)} records", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+    )
+    # One line a record. The id is what `records show` and `decode --record` take: it is
+    # never cut, whatever the terminal's width; the other cells end in "…" when they must.
+    least = {"id": max((len(r["id"]) for r in records), default=2), "method": 4, "status": 3}
+    for name in _COLUMNS:
+        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=least.get(name))
     for r in records:
         tokens = f"{r['prompt_tokens'] or ''}/{r['eval_tokens'] or ''}".strip("/")
         cells = (

@@ -61,10 +61,13 @@ def timings(ex: Exchange) -> dict[str, float | None]:
     u = ex.usage
     if u is None or not u.has_timings:
         return out
-    load, prefill = u.load_duration / _NS, u.prompt_eval_duration / _NS
-    decode, total = u.eval_duration / _NS, u.total_duration / _NS
-    out.update(load=load, prefill=prefill, decode=decode, total=total)
-    out["queue_wait"] = u.queue_wait_ns / _NS
+    total = u.total_duration / _NS
+    out.update(load=u.load_duration / _NS, total=total)
+    if ex.endpoint in ollama.NATIVE_GENERATION:
+        # Only generate/chat replies have phases (as in the metrics): an embedding reply
+        # reports no prefill or decode, so its compute would all show as "queue wait".
+        out.update(prefill=u.prompt_eval_duration / _NS, decode=u.eval_duration / _NS)
+        out["queue_wait"] = u.queue_wait_ns / _NS
     first, final = _wall(ex.first_created_at), _wall(ex.final_created_at)
     if first is not None and final is not None:
         server_ttft = first - (final - total)

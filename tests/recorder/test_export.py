@@ -194,3 +194,13 @@ def test_cli_list_and_show(
     assert "server_ttft" in shown
     assert "[timeline] 5 pieces (1 thinking, 4 content)" in shown
     assert main(["records", "show", "--db", db, "missing"]) == 1
+
+
+def test_cli_list_keeps_whole_ids_on_a_narrow_terminal(
+    recorded: Recorder, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    table = run_cli(capsys, "records", "list", "--db", str(recorded.store.path))
+    assert max(len(line) for line in table.splitlines()) <= 80
+    for record in recorded.store.each(Filters()):
+        assert record["id"] in table  # whole, on one line: it is what `records show` takes

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.exchange import Outcome
+from proxy.exchange import Outcome, Usage
 from proxy.recorder import Recorder
 from proxy.recorder.store import Filters
 from tests.recorder.factory import (
@@ -72,6 +72,23 @@ async def test_queue_wait_is_clamped_at_zero(recorder: Recorder) -> None:
     await recorder.stop()
     r = await stored(recorder, ex.id)
     assert r["queue_wait"] == 0.0
+
+
+async def test_embedding_has_load_and_total_but_no_phases(recorder: Recorder) -> None:
+    # An /api/embed reply reports total, load and prompt tokens only (F8): its compute is
+    # neither prefill nor decode, and must not be drawn as queue wait.
+    usage = Usage(
+        total_duration=14_000_000, load_duration=900_000, prompt_eval_count=8, has_timings=True
+    )
+    final = {"model": "all-minilm", "embeddings": [[0.1, 0.2]]}
+    ex = exchange(endpoint="/api/embed", body={"model": "all-minilm", "input": "hi"},
+                  final=final, usage=usage, streamed=False)  # fmt: skip
+    drive(recorder, ex)
+    await recorder.stop()
+    r = await stored(recorder, ex.id)
+    assert (r["load"], r["total"]) == (0.0009, 0.014)
+    assert (r["queue_wait"], r["prefill"], r["decode"]) == (None, None, None)
+    assert r["prompt_tokens"] == 8
 
 
 async def test_generate_context_and_single_reply(recorder: Recorder) -> None:
