@@ -81,6 +81,33 @@ class RelayResponse(web.StreamResponse):
         for name in _SERVER_ADDED:
             if name not in sent:
                 self.headers.popall(name, None)
+        request = self._req
+        if (
+            request is not None
+            and request.version < aiohttp.HttpVersion11
+            and self.keep_alive
+            and hdrs.CONNECTION not in self.headers
+        ):
+            # A reply without a length to an HTTP/1.0 client ends where the connection
+            # closes (RFC 9112 §6.3): aiohttp leaves out `Connection: keep-alive` for it
+            # but does not record that it must close, and would keep the connection, so
+            # the client could never tell where the reply (every Ollama stream) ends.
+            self.force_close()
+
+
+_BROKEN_OFF: Final = (
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientResponseError,
+    aiohttp.ClientPayloadError,
+)
+"""How aiohttp's client says the upstream accepted the connection but gave no valid reply."""
+
+
+def _broken_reason(exc: BaseException) -> str:
+    """What the upstream did wrong, on one line (aiohttp's parser errors quote the bytes
+    they choked on over several lines, inside the response error's own repr)."""
+    text = exc.message if isinstance(exc, aiohttp.ClientResponseError) else str(exc)
+    return f"{type(exc).__name__}: {' '.join(text.split()) or 'no detail'}"
 
 
 MakeRelay = Callable[["Forwarder", web.Request, Exchange], "_Relay"]
@@ -257,7 +284,7 @@ class _Relay:
             if self.client_gone():
                 self.finish(Outcome.CLIENT_DISCONNECTED)
                 return web.Response(status=499)
-            return await self.unreachable(exc)
+            return await self.unreachable(exc, isinstance(exc, _BROKEN_OFF))
         self.upstream = up
         try:
             return await self.relay(up)
@@ -384,7 +411,9 @@ class _Relay:
         if transport is not None:
             transport.abort()
 
-    async def unreachable(self, exc: BaseException) -> web.StreamResponse:
+    async def unreachable(self, exc: BaseException, broken_off: bool) -> web.StreamResponse:
+        """The proxy's 502 or 504 when the upstream gave no reply: no connection, no answer
+        in time, or (`broken_off`) a connection that ended without a valid reply."""
         fwd = self.fwd
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, TimeoutError):
@@ -393,6 +422,17 @@ class _Relay:
                 (
                     f"ollama-tap: Ollama at {fwd.upstream} did not answer in time ({reason}); "
                     "check that it is running, or raise --connect-timeout / --read-timeout."
+                ),
+            )
+        elif broken_off:
+            # Connected, but what came back was no reply: "cannot reach" would send the
+            # operator looking for a stopped Ollama instead of a crashed one.
+            status, message = (
+                502,
+                (
+                    f"ollama-tap: Ollama at {fwd.upstream} broke off the exchange without a "
+                    f"valid reply ({_broken_reason(exc)}); check its log, "
+                    "or what else listens there."
                 ),
             )
         else:

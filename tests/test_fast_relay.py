@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -413,6 +414,49 @@ async def test_duration_ends_at_the_last_write_not_after_the_replys_parse(
     [(ex, heard)] = clock.ended
     assert ex.final is not None and ex.usage is not None  # parsed, after the stamp
     assert ex.ended is not None and heard - ex.ended >= 0.08
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_a_length_less_reply_to_a_keep_alive_http_1_0_client_ends_with_the_connection(
+    relay: str, proxy_factory: MakeProxy
+) -> None:
+    # HTTP/1.0 has no chunking: a stream's end is the connection's close (RFC 9112 §6.3),
+    # whatever keep-alive the client asked for; kept open, the client would wait forever.
+    proxy = await proxy_factory(relay=relay)
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    body = b'{"model":"llama3.2","prompt":"hi"}'
+    writer.write(
+        b"POST /api/generate HTTP/1.0\r\nHost: localhost\r\nConnection: keep-alive\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+    )
+    reply = await asyncio.wait_for(reader.read(), 5)  # to EOF: the proxy closed
+    head, _, rest = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200")
+    assert b"content-length" not in head.lower() and b"keep-alive" not in head.lower()
+    assert orjson.loads(rest.splitlines()[-1])["done"] is True
+    writer.close()
+
+
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_an_upstream_that_answers_garbage_is_not_called_unreachable(
+    relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    # Something listens and answers, but not with HTTP (a crashed runner's port reused,
+    # the wrong service): the 502 says so, instead of "start Ollama".
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(b"SSH-2.0-OpenSSH_9.6\r\nnot http at all\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(proxy.url + "/api/generate", json={"model": "m"}) as resp:
+            assert resp.status == 502
+            message = (await resp.json())["error"]
+    assert message.startswith("ollama-tap: Ollama at http://127.0.0.1:")
+    assert "broke off the exchange without a valid reply" in message
+    assert "\n" not in message and "start Ollama" not in message
 
 
 # -- an https upstream ------------------------------------------------------------------------

@@ -70,7 +70,7 @@ class FastRelay(_Relay):
             if self.client_gone():
                 self.finish(Outcome.CLIENT_DISCONNECTED)
                 return web.Response(status=499)
-            return await self.unreachable(exc)
+            return await self.unreachable(exc, isinstance(exc, UpstreamGone))
         try:
             return await self.relay_reply(reply)
         finally:
