@@ -58,8 +58,21 @@ def kept_headers(headers: Pairs, fixed: frozenset[str]) -> list[tuple[str, str]]
 
 
 def upstream_headers(headers: CIMultiDictProxy[str], host: str) -> CIMultiDict[str]:
-    """The client's headers minus hop-by-hop ones, with Host rewritten to the upstream's."""
-    out = CIMultiDict(kept_headers(headers.items(), NOT_UPSTREAM))
+    """The client's headers for aiohttp's client: minus hop-by-hop ones, with Host
+    rewritten to the upstream's, and without `Expect`.
+
+    aiohttp's server has answered `100 Continue` itself, so the body is on its way; passed
+    on, the expectation would make aiohttp's client wait for the upstream's own 100 before
+    sending it, forever from an upstream that ignores Expect (as RFC 9110 allows). Repeated
+    names take their first spelling: aiohttp's client keeps only the last of two lines whose
+    names differ in case (a name's case means nothing; losing a line does).
+    """
+    spelling: dict[str, str] = {}
+    out = CIMultiDict(
+        (spelling.setdefault(name.lower(), name), value)
+        for name, value in kept_headers(headers.items(), NOT_UPSTREAM)
+        if name.lower() != "expect"
+    )
     out[hdrs.HOST] = host
     return out
 

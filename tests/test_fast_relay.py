@@ -459,6 +459,42 @@ async def test_an_upstream_that_answers_garbage_is_not_called_unreachable(
     assert "\n" not in message and "start Ollama" not in message
 
 
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_expect_continue_and_names_repeated_in_another_case_reach_an_upstream(
+    relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    # The upstream never sends 100 Continue (RFC 9110 lets it ignore Expect): the proxy
+    # answered the client's expectation itself, so the body must come without waiting for
+    # one. Header lines whose names differ only in case all arrive, values in order.
+    heads: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_head(reader)
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head)[1])  # type: ignore[index]
+        heads.append(head + await reader.readexactly(length))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        writer.write(b"Content-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve))
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    body = b'{"model":"m"}'
+    writer.write(
+        b"POST /api/show HTTP/1.1\r\nHost: localhost\r\nX-Dup: 1\r\nx-dup: 2\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+    )
+    writer.write(body)
+    reply = await asyncio.wait_for(reader.readuntil(b"{}"), 5)
+    assert reply.startswith(b"HTTP/1.1 200 OK\r\n")
+    writer.close()
+    [sent] = heads
+    assert sent.endswith(body)
+    assert re.findall(rb"(?i)x-dup: (\d)", sent) == [b"1", b"2"]
+
+
 # -- an https upstream ------------------------------------------------------------------------
 
 
