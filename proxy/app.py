@@ -13,7 +13,7 @@ from proxy import auth
 from proxy.accesslog import AccessLog
 from proxy.config import Settings
 from proxy.fastrelay import FastRelay, UpstreamPool
-from proxy.fastrelay.front import Front
+from proxy.fastrelay.front import MAX_FIELD, Front
 from proxy.fastrelay.frontrelay import FrontRelay
 from proxy.fastrelay.site import FrontSite
 from proxy.forward import Forwarder, MakeRelay
@@ -56,6 +56,9 @@ def make_session() -> aiohttp.ClientSession:
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         cookie_jar=aiohttp.DummyCookieJar(),
         trust_env=False,
+        # A reply header up to what the proxy's server accepts from clients (the fast
+        # relay's parser has no limit of its own), not aiohttp's 8,190 bytes.
+        max_field_size=MAX_FIELD,
     )
 
 
@@ -156,7 +159,7 @@ def make_app(
     token = auth.admin_token(settings)
     middlewares = [host_check] if settings.loopback_bind else []
     middlewares.append(auth.auth_middleware(token))
-    app = web.Application(middlewares=middlewares, handler_args={"max_field_size": 65536})
+    app = web.Application(middlewares=middlewares, handler_args={"max_field_size": MAX_FIELD})
     app[SETTINGS] = settings
     app[REGISTRY] = registry
     app[SHUTTING_DOWN] = [False]

@@ -495,6 +495,25 @@ async def test_expect_continue_and_names_repeated_in_another_case_reach_an_upstr
     assert re.findall(rb"(?i)x-dup: (\d)", sent) == [b"1", b"2"]
 
 
+@pytest.mark.parametrize("relay", RELAYS)
+async def test_a_long_reply_header_is_relayed(
+    relay: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+) -> None:
+    # 20,000 bytes: past aiohttp's client default (8,190), within what the proxy's server
+    # takes from clients (64 KiB).
+    long = b"v" * 20_000
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Long: %b\r\nContent-Length: 2\r\n\r\n{}" % long)
+        await writer.drain()
+
+    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve))
+    async with aiohttp.ClientSession(max_field_size=65536) as s:
+        async with s.get(proxy.url + "/api/tags") as resp:
+            assert (resp.status, resp.headers["X-Long"]) == (200, long.decode())
+
+
 # -- an https upstream ------------------------------------------------------------------------
 
 
