@@ -4,8 +4,10 @@ Recordings hold other people's prompts, so /_tap/ needs the token on every bind,
 loopback included; only /_tap/healthz (which reveals nothing) is open. The API takes
 ``Authorization: Bearer``; a browser opens ``/_tap/?token=…`` once and gets an HttpOnly,
 SameSite=Strict cookie scoped to /_tap plus a redirect to the clean URL, so the token
-leaves the address bar and the history. Comparisons are constant-time and the token is
-never logged (the access log prints no query string).
+leaves the address bar (also when the browser was signed in already). Comparisons are
+constant-time and the token is never logged (the access log prints no query string). A
+token file beside the database is trusted only if this user owns it and nobody else may
+read it.
 """
 
 from __future__ import annotations
@@ -49,18 +51,40 @@ def admin_token(settings: Settings) -> str | None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        token = path.read_text().strip()
-        if token:
-            return token
-        raise ConfigError(f"{path} is empty; delete it to have a new admin token made") from None
+        return _kept_token(path)
     token = secrets.token_urlsafe(32)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return token
 
 
+def _kept_token(path: Path) -> str:
+    """The token in an existing file, if this user made it and nobody else can read or
+    change it: anyone able to plant it (a shared directory) would hold the recordings."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} ({exc.strerror}); delete it to have a new "
+                          "admin token made") from None  # fmt: skip
+    with os.fdopen(fd) as f:
+        info = os.fstat(f.fileno())
+        if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            raise ConfigError(
+                f"{path} must belong to this user and be readable by nobody else (mode 0600); "
+                "delete it to have a new admin token made, or fix its owner and mode"
+            )
+        token = f.read().strip()
+    if not token:
+        raise ConfigError(f"{path} is empty; delete it to have a new admin token made")
+    return token
+
+
 def _matches(given: str | None, token: str) -> bool:
-    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+    # surrogateescape: a header's non-UTF-8 bytes (aiohttp keeps them so) must not raise,
+    # and the exception's text would carry the credential into the log.
+    return given is not None and hmac.compare_digest(
+        given.encode("utf-8", "surrogateescape"), token.encode("utf-8", "surrogateescape")
+    )
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -80,24 +104,29 @@ def _unauthorized() -> web.Response:
     )
 
 
-def _exchange_for_cookie(request: web.Request) -> web.Response:
+def _without_token(request: web.Request, cookie: str | None) -> web.Response:
+    """A redirect to the same URL without its `token` parameters, setting the cookie."""
     query = request.rel_url.query.copy()
-    token = query.popall("token")[-1]
+    query.popall("token")
     clean = request.rel_url.with_query(query)
     response = web.Response(status=303, headers={"Location": str(clean)})
-    response.set_cookie(
-        COOKIE, token, path=PREFIX, httponly=True, samesite="Strict", secure=request.secure
-    )
+    if cookie is not None:
+        response.set_cookie(
+            COOKIE, cookie, path=PREFIX, httponly=True, samesite="Strict", secure=request.secure
+        )
     return response
 
 
 def _check(request: web.Request, token: str) -> web.StreamResponse | None:
     """None when the request may pass, else the reply that refuses or redirects it."""
-    if _matches(_bearer(request), token) or _matches(request.cookies.get(COOKIE), token):
-        return None
-    if request.method == "GET" and _matches(request.rel_url.query.get("token"), token):
-        return _exchange_for_cookie(request)
-    return _unauthorized()
+    given = request.rel_url.query.get("token") if request.method == "GET" else None
+    if given is not None and _matches(given, token):
+        return _without_token(request, given)
+    if not (_matches(_bearer(request), token) or _matches(request.cookies.get(COOKIE), token)):
+        return _unauthorized()
+    if given is not None:
+        return _without_token(request, None)  # signed in already: the token leaves the URL
+    return None
 
 
 class Middleware(Protocol):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -12,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from proxy.auth import COOKIE, admin_token, auth_middleware
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings
 
 TOKEN = "s3cret-admin-token"
 Client = TestClient[web.Request, web.Application]
@@ -111,3 +113,54 @@ def test_explicit_token_and_none(tmp_path: Path) -> None:
     assert admin_token(settings(tmp_path, "given")) == "given"
     assert admin_token(settings(tmp_path, "none")) is None
     assert not (tmp_path / "data" / "admin-token").exists()
+
+
+async def test_a_non_utf8_credential_is_refused_and_never_logged(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A copy-pasted token with a trailing no-break space, as Python's http.client sends it
+    # (latin-1): encoding it for the comparison raised, answering 500 and logging the token.
+    caplog.set_level(logging.DEBUG)
+    for line in (f"Authorization: Bearer {TOKEN}\xa0", f"Cookie: {COOKIE}={TOKEN}\xa0"):
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        head = f"GET /_tap/api/records HTTP/1.1\r\nHost: x\r\n{line}\r\n\r\n"
+        writer.write(head.encode("latin-1"))
+        assert (await reader.readline()).startswith(b"HTTP/1.1 401")
+        writer.close()
+    assert TOKEN not in caplog.text
+
+
+async def test_a_token_in_the_url_always_leaves_it(client: Client) -> None:
+    # Signed in already (the cookie), the printed URL opened again: the token must not stay
+    # in the address bar; a wrong one is dropped the same way, and sets no cookie.
+    first = await client.get(f"/_tap/?token={TOKEN}", allow_redirects=False)
+    assert first.status == 303
+    for given in (TOKEN, "stale-token"):
+        resp = await client.get(f"/_tap/?token={given}&view=list", allow_redirects=False)
+        assert (resp.status, resp.headers["Location"]) == (303, "/_tap/?view=list")
+        assert (COOKIE in resp.cookies) is (given == TOKEN)
+
+
+async def test_the_cookie_is_the_token_that_was_checked(client: Client) -> None:
+    resp = await client.get(f"/_tap/?token={TOKEN}&token=junk", allow_redirects=False)
+    assert resp.status == 303
+    assert resp.cookies[COOKIE].value == TOKEN
+
+
+@pytest.mark.parametrize("plant", ["mode", "owner", "symlink"])
+def test_a_token_file_anyone_else_could_have_planted_is_refused(tmp_path: Path, plant: str) -> None:
+    # In a shared directory, another user could leave a token they know beside the database.
+    path = tmp_path / "data" / "admin-token"
+    path.parent.mkdir()
+    if plant == "symlink":
+        (tmp_path / "elsewhere").write_text("attacker-known\n")
+        path.symlink_to(tmp_path / "elsewhere")
+    else:
+        path.write_text("attacker-known\n")
+        path.chmod(0o644 if plant == "mode" else 0o600)
+        if plant == "owner":
+            if os.geteuid() != 0:
+                pytest.skip("giving a file to another user needs root")
+            os.chown(path, 4242, -1)
+    with pytest.raises(ConfigError, match="admin-token"):
+        admin_token(settings(tmp_path))

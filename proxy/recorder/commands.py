@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 from collections import Counter
@@ -25,6 +26,7 @@ from proxy.config import ConfigError, Settings
 from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, Store, parse_time
+from proxy.terminal import printable
 from proxy.tokens.commands import add_vocab_options, vocab_source
 from proxy.tokens.context import decode_record
 from proxy.tokens.errors import StoreError, VocabError
@@ -99,20 +101,22 @@ def cmd_show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    for key, value in record.items():
-        if key not in _TOP:
-            print(f"{key:>16}: {'' if value is None else value}")
+    lines = [f"{key:>16}: {'' if value is None else value}" for key, value in record.items()
+             if key not in _TOP]  # fmt: skip
     for key in _TOP[:2]:
         if record.get(key):
-            print(f"\n[{key}]\n{orjson.dumps(record[key], option=orjson.OPT_INDENT_2).decode()}")
+            lines.append(
+                f"\n[{key}]\n{orjson.dumps(record[key], option=orjson.OPT_INDENT_2).decode()}"
+            )
     for key in ("thinking", "output"):
         if record.get(key):
-            print(f"\n[{key}]\n{record[key]}")
+            lines.append(f"\n[{key}]\n{record[key]}")
     if record.get("tool_calls"):
-        print(f"\n[tool_calls]\n{orjson.dumps(record['tool_calls']).decode()}")
-    print(f"\n[context] {context_summary(asyncio.run(_decoded_context(args, record)))}")
+        lines.append(f"\n[tool_calls]\n{orjson.dumps(record['tool_calls']).decode()}")
+    lines.append(f"\n[context] {context_summary(asyncio.run(_decoded_context(args, record)))}")
     if record.get("timeline") is not None:
-        print(f"\n[timeline] {timeline_summary(record['timeline'])}")
+        lines.append(f"\n[timeline] {timeline_summary(record['timeline'])}")
+    print(printable("\n".join(lines)))  # recorded text: no escape sequence reaches a terminal
     return 0
 
 
@@ -151,7 +155,12 @@ def _version() -> str:
 
 def cmd_export(args: argparse.Namespace) -> int:
     records = store_from(args).each(_filters(args))
-    target = open(args.output, "wb") if args.output else nullcontext(sys.stdout.buffer)  # noqa: SIM115
+    # An export holds what the database holds: as private as it is (0600), whatever umask.
+    target = (
+        os.fdopen(os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+        if args.output
+        else nullcontext(sys.stdout.buffer)
+    )
     with target as out:
         if args.format == "jsonl":
             write_jsonl(records, out)

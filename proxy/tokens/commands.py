@@ -20,6 +20,7 @@ from rich.text import Text
 
 from proxy.config import DEFAULT_UPSTREAM, ConfigError, resolve_upstream
 from proxy.recorder.schema import SchemaError
+from proxy.terminal import printable
 from proxy.tokens.context import Unavailable, context_ids, token_docs
 from proxy.tokens.detok import Piece
 from proxy.tokens.errors import StoreError, TokensError
@@ -177,7 +178,7 @@ def run_decode(args: argparse.Namespace) -> int:
     elif args.tokens:
         _print_pieces(pieces)
     else:
-        sys.stdout.write(text + ("" if text.endswith("\n") else "\n"))
+        sys.stdout.write(printable(text) + ("" if text.endswith("\n") else "\n"))
     return 0
 
 

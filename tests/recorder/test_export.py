@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +166,7 @@ def test_har_export_validates(
         "-o",
         str(out),
     )
+    assert out.stat().st_mode & 0o777 == 0o600  # prompts: as private as the database
     document = orjson.loads(out.read_bytes())
     jsonschema.validate(document, HAR_SCHEMA, format_checker=jsonschema.FormatChecker())
     entries = document["log"]["entries"]
@@ -204,3 +207,36 @@ def test_cli_list_keeps_whole_ids_on_a_narrow_terminal(
     assert max(len(line) for line in table.splitlines()) <= 80
     for record in recorded.store.each(Filters()):
         assert record["id"] in table  # whole, on one line: it is what `records show` takes
+
+
+EVIL = "done\x1b]0;pwned\x07\x1b[2K\rforged\u202eevil\x9b"
+
+
+async def _record(tmp_path: Path, text: str) -> tuple[str, str]:
+    rec = Recorder(make_settings(tmp_path), CollectorRegistry())
+    await rec.start()
+    ex = exchange(body=chat_body(), streamed=False, final={"message": {"content": text}})
+    ex.error_message = text
+    drive(rec, ex)
+    await rec.stop()
+    return str(rec.store.path), ex.id
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_show_prints_no_escape_sequence_to_a_terminal(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tty: bool,
+) -> None:
+    # A model's output (prompt injection) and Ollama's error text are other people's bytes:
+    # on a terminal they are shown as escapes; piped, they stay exact.
+    db, ex_id = asyncio.run(_record(tmp_path, EVIL))
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty)
+    shown = run_cli(capsys, "records", "show", "--db", db, ex_id)
+    if tty:
+        assert not any(c in shown for c in "\x1b\x07\r\u202e\x9b")
+        assert "done\\x1b]0;pwned\\x07\\x1b[2K\\x0dforged\\u202eevil\\x9b" in shown
+        assert "\n[output]\n" in shown  # the layout's own newlines stay
+    else:
+        assert shown.count(EVIL) == 2  # output and error_message, exact
