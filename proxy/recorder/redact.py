@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import binascii
 import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import unquote_plus
@@ -40,23 +41,32 @@ _CONTAINERS: Final = (dict, list)
 """A tuple, not `dict | list`: that expression builds a union object on every use."""
 
 
-_SECRET_PARAMS: Final = frozenset(
-    {"key", "api_key", "apikey", "api-key", "token", "access_token", "auth", "password",
-     "secret", "signature", "sig", "x-api-key", "authorization"}
+_SECRET_WORDS: Final = (
+    "key", "token", "secret", "passw", "auth", "signature", "credential", "session", "cookie"
 )  # fmt: skip
-"""Query parameters that carry credentials (gateways accept `?key=` or `?api_key=`)."""
+_SECRET_NAMES: Final = frozenset({"sig", "pwd", "code"})
+"""Query parameters that may carry credentials: any name containing one of the words
+(`key`, `api_key`, `x-goog-api-key`, `refresh_token`, `client_secret`, `X-Amz-Signature`,
+...) or named exactly `sig` (Azure), `pwd` or `code` (OAuth). A harmless parameter caught
+by them loses only its value in the record; a credential missed would be stored."""
+_SEPARATORS: Final = re.compile(r"([&;])")
+
+
+def _secret(name: str) -> bool:
+    lowered = unquote_plus(name).lower()
+    return lowered in _SECRET_NAMES or any(word in lowered for word in _SECRET_WORDS)
 
 
 def redacted_query(query: str) -> str:
-    """The query string with the values of credential-like parameters replaced."""
+    """The query string with the values of credential-like parameters replaced (pairs split
+    at `&` and `;`, the separators kept)."""
     if not query:
         return query
     parts = []
-    for item in query.split("&"):
+    for item in _SEPARATORS.split(query):
         name, eq, _ = item.partition("=")
-        secret = unquote_plus(name).lower() in _SECRET_PARAMS
-        parts.append(f"{name}{eq}[redacted]" if secret and eq else item)
-    return "&".join(parts)
+        parts.append(f"{name}{eq}[redacted]" if eq and _secret(name) else item)
+    return "".join(parts)
 
 
 _SPELLINGS: dict[str, str | None] = {}

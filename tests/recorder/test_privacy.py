@@ -182,3 +182,12 @@ def test_query_redaction_rules() -> None:
         "a=1&API_KEY=[redacted]&access_token=[redacted]&b"
     )
     assert redacted_query("api%5Fkey=s&token") == "api%5Fkey=[redacted]&token"
+    # Any name with a credential word in it, `;` as a separator too; others keep values.
+    assert redacted_query(
+        "client_secret=a&refresh_token=b&x-goog-api-key=c&session=d;id_token=e&passwd=f"
+        "&X-Amz-Signature=g&X-Amz-Credential=h&sig=i&code=j&model=llama3&stream=true"
+    ) == (
+        "client_secret=[redacted]&refresh_token=[redacted]&x-goog-api-key=[redacted]"
+        "&session=[redacted];id_token=[redacted]&passwd=[redacted]&X-Amz-Signature=[redacted]"
+        "&X-Amz-Credential=[redacted]&sig=[redacted]&code=[redacted]&model=llama3&stream=true"
+    )
