@@ -28,10 +28,14 @@ PREFIX: Final = "/_tap"
 OPEN_PATHS: Final = frozenset({"/_tap/healthz"})
 COOKIE: Final = "ollama_tap_token"
 NONE: Final = "none"
+CSP: Final = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 SECURITY_HEADERS: Final = {
-    "Content-Security-Policy": "default-src 'self'",
+    "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
 }
+API_HEADERS: Final = {**SECURITY_HEADERS, "Cache-Control": "no-store"}
+"""The API's replies hold prompts: kept out of the browser's disk cache."""
 
 
 def token_file(settings: Settings) -> Path:
@@ -146,12 +150,13 @@ def auth_middleware(token: str | None) -> Middleware:
         if path != PREFIX and not path.startswith(PREFIX + "/"):
             return await handler(request)
         refused = None if token is None or path in OPEN_PATHS else _check(request, token)
+        headers = API_HEADERS if path.startswith(PREFIX + "/api/") else SECURITY_HEADERS
         try:
             response = refused or await handler(request)
         except web.HTTPException as exc:
-            exc.headers.update(SECURITY_HEADERS)
+            exc.headers.update(headers)
             raise
-        response.headers.update(SECURITY_HEADERS)
+        response.headers.update(headers)
         return response
 
     return middleware

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from proxy.auth import COOKIE, admin_token, auth_middleware
+from proxy.auth import COOKIE, CSP, admin_token, auth_middleware
 from proxy.config import ConfigError, Settings
 
 TOKEN = "s3cret-admin-token"
@@ -84,8 +84,12 @@ async def test_healthz_and_other_paths_are_open(client: Client) -> None:
 @pytest.mark.parametrize("path", ["/_tap/healthz", "/_tap/api/records", "/_tap/missing"])
 async def test_every_tap_reply_carries_the_security_headers(client: Client, path: str) -> None:
     resp = await client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
-    assert resp.headers["Content-Security-Policy"] == "default-src 'self'"
+    assert resp.headers["Content-Security-Policy"] == CSP
+    assert "frame-ancestors 'none'" in CSP
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
+    assert resp.headers["Referrer-Policy"] == "no-referrer"
+    # The API's replies hold prompts: never in the browser's disk cache.
+    assert resp.headers.get("Cache-Control") == ("no-store" if "/api/" in path else None)
 
 
 async def test_none_disables_auth(aiohttp_client: MakeClient) -> None:

@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from proxy.auth import CSP
 from proxy.exchange import Outcome, OutputKind
 from proxy.inspector import STATIC, load_assets
 from tests.conftest import Proxy
@@ -36,7 +37,7 @@ async def test_files_with_their_types_and_headers(
             assert resp.content_type == content_type
             assert resp.charset == "utf-8"
             assert resp.headers["Cache-Control"] == "no-cache"
-            assert resp.headers["Content-Security-Policy"] == "default-src 'self'"
+            assert resp.headers["Content-Security-Policy"] == CSP
             assert resp.headers["X-Content-Type-Options"] == "nosniff"
             etag = resp.headers["ETag"]
             assert await resp.read()

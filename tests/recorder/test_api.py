@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from proxy.auth import auth_middleware
+from proxy.auth import CSP, auth_middleware
 from proxy.exchange import Outcome
 from proxy.recorder import Recorder
 from proxy.recorder.api import add_routes
@@ -76,7 +76,7 @@ async def test_one_record_with_its_timeline(client: Client) -> None:
     record = await resp.json()
     assert record["id"] == "r03"
     assert record["timeline"]["kinds"] == ["thinking", "content"]
-    assert resp.headers["Content-Security-Policy"] == "default-src 'self'"
+    assert resp.headers["Content-Security-Policy"] == CSP
 
 
 @pytest.mark.parametrize(
