@@ -15,7 +15,7 @@ from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
 from proxy.benchmark import run_bench, runner
-from proxy.benchmark.figures import FIGURES, NEEDS_NEWER_OLLAMA, quantile
+from proxy.benchmark.figures import FIGURES, NEEDS_NEWER_OLLAMA, Result, quantile
 from proxy.benchmark.request import Sample, Target
 from proxy.benchmark.runner import Workload
 from proxy.cli import build_parser, main
@@ -170,14 +170,15 @@ async def test_json_shape_is_as_documented(fake_ollama: FakeOllama, proxy: Proxy
         "--url", fake_ollama.url, "--compare", proxy.url, "-n", "2", "--warmup", "0"
     )
     assert code == 0
-    assert list(doc) == ["version", "api", "workload", "targets", "ratios", "deltas"]
-    assert (doc["version"], doc["api"]) == (1, "generate")
+    assert list(doc) == ["version", "interrupted", "api", "workload", "targets", "ratios", "deltas"]
+    assert (doc["version"], doc["interrupted"], doc["api"]) == (1, False, "generate")
     assert list(doc["workload"]) == ["requests", "concurrency", "warmup", "prompts"]
     for label, target in zip("AB", doc["targets"], strict=True):
         assert list(target) == [
             "label", "url", "model", "requests", "ok", "errors", "error_messages",
-            "figures", "notes",
+            "warmup_errors", "warmup_error_messages", "figures", "notes",
         ]  # fmt: skip
+        assert (target["warmup_errors"], target["warmup_error_messages"]) == ({}, {})
         assert (target["label"], target["model"], target["requests"]) == (label, MODEL, 2)
         assert isinstance(target["url"], str) and isinstance(target["ok"], int)
         assert isinstance(target["errors"], dict) and isinstance(target["error_messages"], dict)
@@ -258,8 +259,9 @@ async def test_compare_interleaves_rounds(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(runner, "send", fake_send)
     targets = [Target(URL("http://a"), MODEL), Target(URL("http://b"), MODEL)]
     workload = Workload(["p0", "p1", "p2"], requests=5, concurrency=2, warmup=1)
-    results = await runner.run(targets, workload, lambda: None)
-    assert [len(r.samples) for r in results] == [5, 5]
+    results = [Result(target) for target in targets]
+    await runner.run(results, workload, lambda: None)
+    assert [(len(r.warmup), len(r.samples)) for r in results] == [(1, 5), (1, 5)]
     assert order == [
         ("a", "p0"), ("b", "p0"),  # warm-up
         ("a", "p0"), ("a", "p1"), ("b", "p0"), ("b", "p1"),
@@ -350,6 +352,7 @@ async def test_the_command_is_registered(
     [
         (["--prompts", "{empty}"], "holds no prompt; write one prompt per line"),
         (["--url", "ftp://x"], "unsupported scheme"),
+        (["--compare", ""], "--compare needs a URL (it was empty)"),
     ],
 )
 def test_usage_errors_exit_2(
@@ -388,11 +391,13 @@ def test_tables_fit_80_columns_without_cutting_numbers() -> None:
     figures = {f.name: {**summary, "unit": f.unit} for f in FIGURES}
     target = {
         "label": "A", "url": "http://127.0.0.1:11434", "model": "llama3.2", "requests": 3,
-        "ok": 3, "errors": {}, "error_messages": {}, "figures": figures, "notes": {},
+        "ok": 3, "errors": {}, "error_messages": {}, "warmup_errors": {},
+        "warmup_error_messages": {}, "figures": figures, "notes": {},
     }  # fmt: skip
     ratios = {f.name: dict.fromkeys(("p50", "p95", "p99"), 1.6412) for f in FIGURES}
     deltas = {f.name: dict.fromkeys(("p50", "p95", "p99"), 3617.0) for f in FIGURES}
     doc = {
+        "interrupted": False,
         "api": "generate",
         "workload": {"requests": 3, "concurrency": 1, "warmup": 0, "prompts": 1},
         "targets": [target, {**target, "label": "B"}],
@@ -405,3 +410,93 @@ def test_tables_fit_80_columns_without_cutting_numbers() -> None:
     assert "…" not in out
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "176.4k" in out and "1.64×" in out
+
+
+FINAL = {"model": MODEL, "response": "", "done": True, "done_reason": "stop", "eval_count": 1}
+
+
+def _replies(*statuses: int) -> web.Application:
+    """Answers the n-th request with the n-th status (then 200): an error body that is not
+    Ollama's shape, or a one-token stream with its final object."""
+    left = list(statuses)
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        status = left.pop(0) if left else 200
+        if status != 200:
+            return web.json_response({"detail": "Not authenticated"}, status=status)
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+        await resp.write(b'{"model":"llama3.2","response":"Hi","done":false}\n')
+        await resp.write(orjson.dumps(FINAL) + b"\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/api/generate", generate)
+    return app
+
+
+async def test_an_error_body_not_in_ollamas_shape_is_shown(aiohttp_server: AiohttpServer) -> None:
+    server = await aiohttp_server(_replies(401, 401))
+    code, doc = await bench_json("--url", str(server.make_url("")), "-n", "1")
+    assert code == 1
+    assert doc["targets"][0]["error_messages"] == {
+        "upstream_error": ['HTTP 401: {"detail": "Not authenticated"}']
+    }
+
+
+async def test_a_failed_warmup_is_reported_but_not_counted(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    url = str((await aiohttp_server(_replies(500))).make_url(""))
+    code, doc = await bench_json("--url", url, "-n", "2")
+    target = doc["targets"][0]
+    assert (code, target["requests"], target["ok"], target["errors"]) == (0, 2, 2, {})
+    assert target["warmup_errors"] == {"upstream_error": 1}
+    assert target["warmup_error_messages"] == {
+        "upstream_error": ['HTTP 500: {"detail": "Not authenticated"}']
+    }
+    url = str((await aiohttp_server(_replies(500))).make_url(""))
+    code, table = await bench("--url", url, "-n", "2")
+    assert 'A: warm-up (not counted): 1 upstream_error — HTTP 500: {"detail"' in table
+
+
+async def test_an_interrupted_run_reports_what_ended_and_exits_130(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Ctrl-C arrives as KeyboardInterrupt out of the event loop; the requests that ended
+    # before it are reported, flagged, and the exit status says the run was cut short.
+    sent = 0
+
+    async def send(session: object, target: Target, prompt: str) -> Sample:
+        nonlocal sent
+        sent += 1
+        if sent == 5:
+            raise KeyboardInterrupt
+        return Sample(kind="ok", values={"ttft": 0.01 * sent})
+
+    monkeypatch.setattr(runner, "send", send)
+    code, doc = await bench_json("--url", "http://127.0.0.1:9", "-n", "10", "--warmup", "1")
+    target = doc["targets"][0]
+    assert (code, doc["interrupted"]) == (130, True)
+    assert (target["requests"], target["ok"]) == (3, 3)  # 1 warm-up, 3 counted, then Ctrl-C
+    assert target["figures"]["ttft"]["max"] == pytest.approx(0.04)
+
+
+def test_a_model_name_is_never_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> None:
+    from proxy.benchmark import _measure
+
+    async def send(session: object, target: Target, prompt: str) -> Sample:
+        return Sample(kind="ok")
+
+    monkeypatch.setattr(runner, "send", send)
+    results = [Result(Target(URL("http://127.0.0.1:9"), "[/oops]"))]
+    _measure(results, Workload(["p"], requests=2, concurrency=1, warmup=0), show_progress=True)
+    assert len(results[0].samples) == 2
+
+
+def test_a_count_that_is_no_number_is_named_so(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "--model", MODEL, "-n", "abc"])
+    assert exit_.value.code == 2
+    assert "argument -n: 'abc' is not a whole number" in capsys.readouterr().err

@@ -6,10 +6,11 @@ DESIGN "Measurements"); client times use `time.perf_counter` from just before th
 sent. Figures are taken over successful requests; failed ones are counted by kind (the
 `Outcome` names the metrics use). `--json` prints one document (docs/bench.md)::
 
-    {"version": 1, "api": "generate" | "chat",
+    {"version": 1, "interrupted": bool, "api": "generate" | "chat",
      "workload": {"requests": int, "concurrency": int, "warmup": int, "prompts": int},
      "targets": [{"label": "A" | "B", "url": str, "model": str, "requests": int, "ok": int,
                   "errors": {kind: int}, "error_messages": {kind: [str]},
+                  "warmup_errors": {kind: int}, "warmup_error_messages": {kind: [str]},
                   "figures": {name: {"unit": str, "n": int, "min": float | null,
                                      "p50": ..., "p95": ..., "p99": ..., "max": ...}},
                   "notes": {name: str}}],
@@ -32,6 +33,7 @@ from typing import Any, TextIO
 
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from proxy.benchmark.figures import Result
@@ -82,22 +84,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run_bench)
 
 
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
 def _positive(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
 
 
 def _natural(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     return value
 
 
 def run_bench(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Exit 0 when every endpoint answered at least one request well, 1 if not, 2 on misuse.
+    """Exit 0 when every endpoint answered at least one request well, 1 if not, 2 on misuse,
+    130 when interrupted (Ctrl-C) after reporting the requests that ended before it.
 
     The report goes to `out` (default: stdout at call time).
     """
@@ -107,13 +117,22 @@ def run_bench(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except (ConfigError, OSError, ValueError) as exc:
         print(f"ollama-tap bench: {exc}", file=sys.stderr)
         return 2
-    results = _measure(targets, workload, show_progress=not args.json and sys.stderr.isatty())
-    doc = document(results, workload)
+    results = [Result(target) for target in targets]
+    show_progress = not args.json and sys.stderr.isatty()
+    try:
+        _measure(results, workload, show_progress)
+    except KeyboardInterrupt:
+        interrupted = True  # what ended so far is reported, not lost
+    else:
+        interrupted = False
+    doc = document(results, workload, interrupted)
     out = sys.stdout if out is None else out
     if args.json:
         out.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         render(Console(file=out), doc)
+    if interrupted:
+        return 130
     return 0 if all(r.ok for r in results) else 1
 
 
@@ -121,6 +140,9 @@ def _targets(args: argparse.Namespace) -> list[Target]:
     options: dict[str, Any] | None = None
     if args.num_predict is not None:
         options = {"num_predict": args.num_predict}
+    for flag, given in (("--url", args.url), ("--compare", args.compare)):
+        if given is not None and not given.strip():
+            raise ValueError(f"{flag} needs a URL (it was empty)")
     urls = [resolve_upstream(args.url, os.environ.get("OLLAMA_HOST"))]
     if args.compare is not None:
         urls.append(resolve_upstream(args.compare, None))
@@ -128,7 +150,7 @@ def _targets(args: argparse.Namespace) -> list[Target]:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
-    prompts = [args.prompt or DEFAULT_PROMPT]
+    prompts = [DEFAULT_PROMPT if args.prompt is None else args.prompt]
     if args.prompts is not None:
         prompts = [line for line in args.prompts.read_text().splitlines() if line.strip()]
         if not prompts:
@@ -136,9 +158,10 @@ def _workload(args: argparse.Namespace) -> Workload:
     return Workload(prompts, args.n, args.c, args.warmup)
 
 
-def _measure(targets: list[Target], workload: Workload, show_progress: bool) -> list[Result]:
+def _measure(results: list[Result], workload: Workload, show_progress: bool) -> None:
     if not show_progress:
-        return asyncio.run(run(targets, workload, lambda: None))
+        asyncio.run(run(results, workload, lambda: None))
+        return
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -148,6 +171,7 @@ def _measure(targets: list[Target], workload: Workload, show_progress: bool) -> 
         transient=True,
     )
     with progress:
-        total = len(targets) * (workload.requests + workload.warmup)
-        task = progress.add_task(f"bench {targets[0].model}", total=total)
-        return asyncio.run(run(targets, workload, partial(progress.advance, task)))
+        total = len(results) * (workload.requests + workload.warmup)
+        # escape: a model name is the user's text, not rich markup ("[/x]" would raise).
+        task = progress.add_task(f"bench {escape(results[0].target.model)}", total=total)
+        asyncio.run(run(results, workload, partial(progress.advance, task)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from proxy.benchmark.request import Sample, Target
@@ -67,28 +67,29 @@ def summarize(values: Sequence[float], unit: str) -> Summary:
 
 @dataclass(slots=True)
 class Result:
-    """Every counted request against one target."""
+    """Every request against one target: the counted ones, and the warm-up's apart."""
 
     target: Target
-    samples: list[Sample]
+    samples: list[Sample] = field(default_factory=list)
+    warmup: list[Sample] = field(default_factory=list)
+
+    def warmup_errors(self) -> dict[str, int]:
+        """Failed warm-up requests by kind: not counted, but never hidden (a warm-up that
+        failed to load the model changes what the counted requests measure)."""
+        return _errors(self.warmup)
+
+    def warmup_error_messages(self) -> dict[str, list[str]]:
+        return _messages(self.warmup)
 
     @property
     def ok(self) -> int:
         return sum(s.ok for s in self.samples)
 
     def errors(self) -> dict[str, int]:
-        return dict(Counter(s.kind for s in self.samples if not s.ok))
+        return _errors(self.samples)
 
     def error_messages(self) -> dict[str, list[str]]:
-        """The first few distinct messages of each error kind."""
-        out: dict[str, list[str]] = {}
-        for s in self.samples:
-            if s.ok:
-                continue
-            seen = out.setdefault(s.kind, [])
-            if s.message and s.message not in seen and len(seen) < _MESSAGES_PER_KIND:
-                seen.append(s.message)
-        return out
+        return _messages(self.samples)
 
     def figures(self) -> dict[str, Summary]:
         """A summary of every figure over the successful requests (n = 0 when none)."""
@@ -104,6 +105,22 @@ class Result:
         if ok and not any(s.cached_reported for s in ok):
             return {"prefill_rate": NEEDS_NEWER_OLLAMA}
         return {}
+
+
+def _errors(samples: list[Sample]) -> dict[str, int]:
+    return dict(Counter(s.kind for s in samples if not s.ok))
+
+
+def _messages(samples: list[Sample]) -> dict[str, list[str]]:
+    """The first few distinct messages of each error kind."""
+    out: dict[str, list[str]] = {}
+    for s in samples:
+        if s.ok:
+            continue
+        seen = out.setdefault(s.kind, [])
+        if s.message and s.message not in seen and len(seen) < _MESSAGES_PER_KIND:
+            seen.append(s.message)
+    return out
 
 
 Comparison = dict[str, dict[str, float | None]]

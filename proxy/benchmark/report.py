@@ -17,12 +17,15 @@ _LABELS: Final = "AB"
 _LABEL_OF: Final = {f.name: f.label for f in FIGURES}
 
 
-def document(results: Sequence[Result], workload: Workload) -> dict[str, Any]:
+def document(
+    results: Sequence[Result], workload: Workload, interrupted: bool = False
+) -> dict[str, Any]:
     """The `--json` document; its shape is documented in docs/bench.md and stays stable."""
     figures = [r.figures() for r in results]
     ratios, deltas = compare(figures[0], figures[1]) if len(results) == 2 else (None, None)
     return {
         "version": VERSION,
+        "interrupted": interrupted,
         "api": results[0].target.api,
         "workload": {
             "requests": workload.requests,
@@ -45,6 +48,8 @@ def _target(label: str, result: Result, figures: dict[str, Summary]) -> dict[str
         "ok": result.ok,
         "errors": result.errors(),
         "error_messages": result.error_messages(),
+        "warmup_errors": result.warmup_errors(),
+        "warmup_error_messages": result.warmup_error_messages(),
         "figures": figures,
         "notes": result.notes(),
     }
@@ -53,7 +58,17 @@ def _target(label: str, result: Result, figures: dict[str, Summary]) -> dict[str
 def render(console: Console, doc: dict[str, Any]) -> None:
     """Print one table per target, the errors by kind, and the B/A table when compared."""
     console.print(Text(_heading(doc)))
+    if doc["interrupted"]:
+        console.print(Text("interrupted: the figures cover the requests that ended before it"))
     for target in doc["targets"]:
+        for kind, count in sorted(target["warmup_errors"].items()):
+            first = target["warmup_error_messages"].get(kind, [])
+            console.print(
+                Text(
+                    f"{target['label']}: warm-up (not counted): {count} {kind}"
+                    + (f" — {first[0]}" if first else "")
+                )
+            )
         if target["ok"]:
             console.print(_figures_table(target))
         else:

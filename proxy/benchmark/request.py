@@ -97,11 +97,14 @@ async def _stream(
         ex.content_type = resp.headers.get("Content-Type", "")
         ex.streamed = ollama.is_streamed(ex.content_type)
         reader = ollama.reader_for(ex, REPLY_LIMIT)
+        # The body's start as text: all an error says when it is not Ollama's {"error": ...}
+        # (a gateway's 401, an HTML page), or when nothing reads the reply.
+        keep_text = reader is None or resp.status >= 400
         text = bytearray()
         async for data in resp.content.iter_any():
             if reader is not None:
                 _outputs(ex, reader.feed(data, time.perf_counter()))
-            elif len(text) < _TEXT_LIMIT:
+            if keep_text and len(text) < _TEXT_LIMIT:
                 text += data
         if reader is not None:
             _outputs(ex, reader.close(time.perf_counter()))

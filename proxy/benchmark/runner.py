@@ -10,7 +10,7 @@ from typing import Final
 import aiohttp
 
 from proxy.benchmark.figures import Result
-from proxy.benchmark.request import Sample, Target, send
+from proxy.benchmark.request import send
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds to wait for a TCP connection; there is no read timeout, as loads can take minutes."""
@@ -37,42 +37,40 @@ class Workload:
         return [range(i, min(i + step, self.requests)) for i in range(0, self.requests, step)]
 
 
-async def run(targets: Sequence[Target], workload: Workload, tick: Tick) -> list[Result]:
-    """Warm every target up, then run the rounds; one Result per target, in order."""
+async def run(results: Sequence[Result], workload: Workload, tick: Tick) -> None:
+    """Warm every target up, then run the rounds, adding each request's sample to its
+    target's Result as it ends (so an interrupted run keeps every request that ended)."""
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        for target in targets:
-            await _warm(session, target, workload, tick)
-        results = [Result(target, []) for target in targets]
-        for indices in workload.rounds(len(targets)):
+        for result in results:
+            await _warm(session, result, workload, tick)
+        for indices in workload.rounds(len(results)):
             for result in results:
-                result.samples += await _batch(session, result.target, workload, indices, tick)
-    return results
+                await _batch(session, result, workload, indices, tick)
 
 
 async def _warm(
-    session: aiohttp.ClientSession, target: Target, workload: Workload, tick: Tick
+    session: aiohttp.ClientSession, result: Result, workload: Workload, tick: Tick
 ) -> None:
     # One at a time: the first request loads the model, and the rest should find it loaded.
     for index in range(workload.warmup):
-        await send(session, target, workload.prompt(index))
+        result.warmup.append(await send(session, result.target, workload.prompt(index)))
         tick()
 
 
 async def _batch(
     session: aiohttp.ClientSession,
-    target: Target,
+    result: Result,
     workload: Workload,
     indices: range,
     tick: Tick,
-) -> list[Sample]:
+) -> None:
     gate = asyncio.Semaphore(workload.concurrency)
 
-    async def one(index: int) -> Sample:
+    async def one(index: int) -> None:
         async with gate:
-            sample = await send(session, target, workload.prompt(index))
+            result.samples.append(await send(session, result.target, workload.prompt(index)))
         tick()
-        return sample
 
-    return list(await asyncio.gather(*(one(i) for i in indices)))
+    await asyncio.gather(*(one(i) for i in indices))
