@@ -77,8 +77,8 @@ class ModelState(Protocol):
     def context_length(self, model: str | None) -> int | None:
         """The loaded model's runtime context (num_ctx) per /api/ps, if loaded."""
 
-    def poke_ps(self) -> None:
-        """Schedule an /api/ps read soon (a model was just loaded)."""
+    def poke_ps(self, then: Callable[[], None] | None = None) -> None:
+        """Schedule an /api/ps read soon (a model was just loaded); call `then` after it."""
 
 
 def _counter(r: CollectorRegistry, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
@@ -381,11 +381,21 @@ class MetricsObserver:
         if (usage := ex.usage) is None:
             return
         self._tokens(usage, endpoint, model)
-        if usage.has_timings:
-            self._phases(ex, usage, endpoint, model)
-            if endpoint in NATIVE_GENERATION:
-                self._rates(usage, endpoint, model)
-                self._context(ex, usage, endpoint, model)
+        if not usage.has_timings:
+            return
+        self._phases(ex, usage, endpoint, model)
+        waiting = None
+        if endpoint in NATIVE_GENERATION:
+            self._rates(usage, endpoint, model)
+            waiting = self._context(ex, usage, endpoint, model)
+        if usage.load_duration > COLD_START_NS:
+            self.m.cold_starts[(model,)].inc()
+            if self.models is not None:
+                # Loaded for this reply, perhaps with another num_ctx: /api/ps is read again,
+                # and a utilization that needs it waits for that read.
+                self.models.poke_ps(waiting)
+            elif waiting is not None:
+                waiting()
 
     def _latency(self, ex: Exchange, endpoint: str, model: str) -> None:
         if (duration := ex.duration) is not None:
@@ -408,10 +418,6 @@ class MetricsObserver:
     def _phases(self, ex: Exchange, usage: Usage, endpoint: str, model: str) -> None:
         labels = (endpoint, model, _stream(ex))
         self.m.load[labels].observe(usage.load_duration / 1e9)
-        if usage.load_duration > COLD_START_NS:
-            self.m.cold_starts[(model,)].inc()
-            if self.models is not None:
-                self.models.poke_ps()
         if endpoint not in NATIVE_GENERATION:
             return
         self.m.queue[labels].observe(usage.queue_wait_ns / 1e9)
@@ -430,16 +436,32 @@ class MetricsObserver:
             self.m.prefill_tokens[(model,)].inc(usage.prefill_tokens)
             self.m.prefill_seconds[(model,)].inc(usage.prompt_eval_duration / 1e9)
 
-    def _context(self, ex: Exchange, usage: Usage, endpoint: str, model: str) -> None:
+    def _context(
+        self, ex: Exchange, usage: Usage, endpoint: str, model: str
+    ) -> Callable[[], None] | None:
+        """Observe the context size and utilization; the utilization's observation is
+        returned instead when it needs the loaded model's num_ctx and the model was loaded
+        for this reply (the caller runs it after /api/ps was read again)."""
         size = usage.context_size
         if size <= 0:
-            return
+            return None
         self.m.context_tokens[endpoint, model].observe(size)
-        num_ctx = _num_ctx(ex)
-        if num_ctx is None and self.models is not None:
-            num_ctx = self.models.context_length(ex.model)
-        if num_ctx:
+        if (num_ctx := _num_ctx(ex)) is not None:
             self.m.utilization[endpoint, model].observe(size / num_ctx)
+            return None
+        models = self.models
+        if models is None:
+            return None
+
+        def observe() -> None:
+            loaded_ctx = models.context_length(ex.model)
+            if loaded_ctx:
+                self.m.utilization[endpoint, model].observe(size / loaded_ctx)
+
+        if usage.load_duration > COLD_START_NS:
+            return observe
+        observe()
+        return None
 
 
 def _stream(ex: Exchange) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final
@@ -19,6 +20,9 @@ from proxy.names import ModelLabels, is_valid_name, model_key, valid_key
 
 POLL_TIMEOUT: Final = aiohttp.ClientTimeout(total=10, sock_connect=3)
 """Polls, not proxied traffic: a slow answer is a failed poll, retried next interval."""
+SHOW_RETRY: Final = 300.0
+"""Seconds before a model whose /api/show failed is asked again (not every round: each
+failure is a poll error, and a hung one costs the whole timeout)."""
 
 log = structlog.get_logger("ollama_tap.upstream")
 
@@ -50,10 +54,13 @@ class LocalModel:
 class UpstreamPoller:
     """Reads Ollama every `poll_interval` seconds and keeps the upstream and model gauges.
 
-    Each round reads /api/version (which decides `up`), then, when up, /api/tags (the known
-    model names, and /api/show once per new digest for `model_info`) and /api/ps (loaded
-    models, their runtime context, load and unload counts). Failures count in
-    `ollama_tap_upstream_poll_errors_total`; only changes of state are logged.
+    Each round reads /api/version (which decides `up`), then, when up, /api/ps (loaded
+    models, their runtime context, load and unload counts) and /api/tags (the known model
+    names, and /api/show once per new digest for `model_info`), ps first so that slow shows
+    never delay it. While Ollama is down, no model is reported loaded (its gauges would
+    describe a server that is not answering); the first read after is a new baseline.
+    Failures count in `ollama_tap_upstream_poll_errors_total`; only changes of state are
+    logged.
     """
 
     def __init__(
@@ -77,6 +84,9 @@ class UpstreamPoller:
         self._shown: dict[str, tuple[str, str, str]] = {}
         self._info: dict[str, tuple[str, str, str, str]] = {}
         self._tags_lock = asyncio.Lock()
+        self._ps_lock = asyncio.Lock()
+        """One /api/ps read at a time: an older reply landing late would roll state back."""
+        self._show_retry: dict[str, float] = {}
         self._main: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Task[None]] = {}
         labels.set_refresher(self.refresh_tags)
@@ -122,9 +132,16 @@ class UpstreamPoller:
         entry = self._loaded_entry(model)
         return entry.digest if entry is not None and entry.digest else None
 
-    def poke_ps(self) -> None:
-        """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx."""
-        self._schedule("ps", self.poll_ps)
+    def poke_ps(self, then: Callable[[], None] | None = None) -> None:
+        """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx; call
+        `then` once that read has ended (read or failed), or at once if none can be made."""
+        task = self._schedule("ps", self.poll_ps)
+        if then is None:
+            return
+        if task is None:
+            then()
+        else:
+            task.add_done_callback(lambda _: then())
 
     def refresh_tags(self) -> None:
         """Read /api/tags soon (ModelLabels calls it, rate-limited, for an unknown name)."""
@@ -136,12 +153,13 @@ class UpstreamPoller:
             reply = await self._read("GET", "api/version")
         except PollError as exc:
             self._set_up(False, str(exc))
+            self._forget_loaded()
             return
         version = str(reply.get("version", ""))
         self._set_up(True, version)
         self._set_version(version)
-        await self.poll_tags()
         await self.poll_ps()
+        await self.poll_tags()
 
     async def poll_tags(self) -> None:
         async with self._tags_lock:
@@ -159,11 +177,15 @@ class UpstreamPoller:
             await self._update_info()
 
     async def poll_ps(self) -> None:
-        try:
-            data = await self._read("GET", "api/ps")
-        except PollError as exc:
-            log.debug("poll_failed", error=str(exc))
-            return
+        async with self._ps_lock:
+            try:
+                data = await self._read("GET", "api/ps")
+            except PollError as exc:
+                log.debug("poll_failed", error=str(exc))
+                return
+            self._take_ps(data)
+
+    def _take_ps(self, data: dict[str, Any]) -> None:
         entries = _entries(data)
         self.labels.set_known("ps", (name for name, _ in entries))
         loaded = {model_key(name): self._loaded_model(name, e) for name, e in entries}
@@ -174,7 +196,21 @@ class UpstreamPoller:
             self.m.vram.labels(entry.label).set(entry.size_vram)
             if entry.context_length is not None:
                 self.m.context_length.labels(entry.label).set(entry.context_length)
+            else:
+                self._remove_gauges(entry.label, (self.m.context_length,))
         self._loaded = loaded
+
+    def _forget_loaded(self) -> None:
+        for entry in (self._loaded or {}).values():
+            self._remove_gauges(entry.label, (self.m.loaded, self.m.size, self.m.vram))
+            self._remove_gauges(entry.label, (self.m.context_length,))
+        self._loaded = None
+
+    @staticmethod
+    def _remove_gauges(label: str, gauges: tuple[Any, ...]) -> None:
+        for gauge in gauges:
+            with contextlib.suppress(KeyError):
+                gauge.remove(label)
 
     def _loaded_model(self, name: str, e: dict[str, Any]) -> LoadedModel:
         return LoadedModel(
@@ -188,29 +224,34 @@ class UpstreamPoller:
     def _count_transitions(self, loaded: dict[str, LoadedModel]) -> None:
         # The first read is a baseline: models loaded before the proxy started are not loads
         # it saw, but their counters start at 0 so increase() sees the first real one.
+        # A new digest under the same name (pulled again, then used) is the old model
+        # unloaded and the new one loaded.
         before = self._loaded
         for key, entry in loaded.items():
             counter = self.m.loads.labels(entry.label)
             self.m.unloads.labels(entry.label)
-            if before is not None and key not in before:
+            if before is not None and not _same_model(before.get(key), entry):
                 counter.inc()
-                log.info("model_loaded", model=entry.label)
+                log.info("model_loaded", model=entry.label, digest=entry.digest)
         for key, entry in (before or {}).items():
-            if key not in loaded:
+            if not _same_model(entry, loaded.get(key)):
                 self.m.unloads.labels(entry.label).inc()
-                self.m.loaded.labels(entry.label).set(0)
-                for gauge in (self.m.size, self.m.vram, self.m.context_length):
-                    with contextlib.suppress(KeyError):
-                        gauge.remove(entry.label)
-                log.info("model_unloaded", model=entry.label)
+                log.info("model_unloaded", model=entry.label, digest=entry.digest)
+                if key not in loaded:
+                    self.m.loaded.labels(entry.label).set(0)
+                    self._remove_gauges(entry.label, (self.m.size, self.m.vram))
+                    self._remove_gauges(entry.label, (self.m.context_length,))
 
     async def _update_info(self) -> None:
         for key, local in self._tags.items():
             cache_key = local.digest or f"name:{key}"
             details = self._shown.get(cache_key)
             if details is None:
+                if self._show_retry.get(cache_key, 0.0) > time.monotonic():
+                    continue
                 details = await self._show(local.name)
                 if details is None:
+                    self._show_retry[cache_key] = time.monotonic() + SHOW_RETRY
                     continue
                 self._shown[cache_key] = details
             self._set_info(key, (local.label, *details))
@@ -218,6 +259,7 @@ class UpstreamPoller:
             self.m.model_info.remove(*self._info.pop(key))
         current = {t.digest or f"name:{k}" for k, t in self._tags.items()}
         self._shown = {k: v for k, v in self._shown.items() if k in current}
+        self._show_retry = {k: v for k, v in self._show_retry.items() if k in current}
 
     async def _show(self, name: str) -> tuple[str, str, str] | None:
         try:
@@ -291,12 +333,26 @@ class UpstreamPoller:
             self.m.poll_errors.inc()
             log.exception("poll_crashed")
 
-    def _schedule(self, kind: str, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        if self._session is None or kind in self._pending:
-            return
+    def _schedule(
+        self, kind: str, job: Callable[[], Coroutine[Any, Any, None]]
+    ) -> asyncio.Task[None] | None:
+        """The read of `kind` to come: a new one, or the one already scheduled."""
+        if self._session is None:
+            return None
+        if kind in self._pending:
+            return self._pending[kind]
         task = asyncio.get_running_loop().create_task(self._guarded(job))
         self._pending[kind] = task
         task.add_done_callback(lambda _: self._pending.pop(kind, None))
+        return task
+
+
+def _same_model(a: LoadedModel | None, b: LoadedModel | None) -> bool:
+    """Whether two /api/ps entries of a name are the same loaded model (digests, when both
+    are known, must agree)."""
+    if a is None or b is None:
+        return a is b
+    return not (a.digest and b.digest and a.digest != b.digest)
 
 
 def _entries(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -27,17 +27,22 @@ RESPONSE_OUTCOMES = {Outcome.OK, Outcome.UPSTREAM_ERROR, Outcome.STREAM_ERROR, O
 
 
 class FakeModels:
-    """Stands in for the poller: runtime contexts by raw name, and a count of pokes."""
+    """Stands in for the poller: runtime contexts by raw name, a count of pokes, and the
+    contexts the /api/ps read a poke makes will find (`after_poke`)."""
 
     def __init__(self, contexts: dict[str, int] | None = None) -> None:
         self.contexts = contexts or {}
+        self.after_poke: dict[str, int] = {}
         self.pokes = 0
 
     def context_length(self, model: str | None) -> int | None:
         return self.contexts.get(model or "")
 
-    def poke_ps(self) -> None:
+    def poke_ps(self, then: Callable[[], None] | None = None) -> None:
         self.pokes += 1
+        self.contexts.update(self.after_poke)
+        if then is not None:
+            then()
 
 
 def native_usage(**overrides: Any) -> Usage:
@@ -201,6 +206,17 @@ def test_ctx_class_from_context_size(h: Harness, prompt: int, ctx: str) -> None:
 def test_utilization_from_the_poller_when_the_request_sets_no_num_ctx() -> None:
     h = Harness(FakeModels({"llama3.2": 224}))
     h.run(make_exchange(usage=native_usage()))
+    assert h.total("context_utilization_ratio", GEN) == 0.25
+
+
+def test_utilization_after_a_load_waits_for_the_new_num_ctx() -> None:
+    # Reloaded for this reply from num_ctx 32768 to 224: the last /api/ps still says 32768,
+    # so the ratio is taken after the read the load asks for (56 / 224, not 56 / 32768).
+    models = FakeModels({"llama3.2": 32768})
+    models.after_poke = {"llama3.2": 224}
+    h = Harness(models)
+    h.run(make_exchange(usage=native_usage(load_duration=2 * SEC, total_duration=5 * SEC)))
+    assert models.pokes == 1
     assert h.total("context_utilization_ratio", GEN) == 0.25
 
 

@@ -51,7 +51,7 @@ class FakeOllama:
         app.router.add_get("/api/version", self._json(lambda: {"version": self.version}))
         app.router.add_get("/api/tags", self._json(lambda: {"models": self.tags}))
         app.router.add_get("/api/ps", self._json(lambda: {"models": self.ps}))
-        app.router.add_post("/api/show", self._show)
+        app.router.add_post("/api/show", self._dispatch_show)
         return app
 
     def _json(self, body: Callable[[], Any]) -> Callable[[web.Request], Any]:
@@ -62,6 +62,9 @@ class FakeOllama:
             return web.json_response(body())
 
         return handle
+
+    async def _dispatch_show(self, request: web.Request) -> web.Response:
+        return await self._show(request)  # looked up per request: a test may replace it
 
     async def _show(self, request: web.Request) -> web.Response:
         name = (await request.json())["model"]
@@ -143,6 +146,60 @@ async def test_ps_transitions_count_loads_and_unloads(rig: Rig, fake: FakeOllama
     assert rig.value("model_loads_total", model="qwen3:8b") == 1, "no change, no count"
 
 
+async def test_a_new_digest_under_the_same_name_is_an_unload_and_a_load(
+    rig: Rig, fake: FakeOllama
+) -> None:
+    # Pulled again and used: the runner under the name is another model.
+    await rig.poller.poll()
+    fake.ps = [ps_entry("llama3.2:latest", DIGEST_A2, ctx=8192)]
+    await rig.poller.poll()
+    llama = {"model": "llama3.2:latest"}
+    assert (rig.value("model_loads_total", **llama), rig.value("model_unloads_total", **llama)) == (
+        1,
+        1,
+    )
+    assert (rig.value("model_loaded", **llama), rig.value("model_context_length", **llama)) == (
+        1,
+        8192,
+    )
+
+
+async def test_ps_is_read_before_tags_and_a_failing_show_is_not_asked_every_round(
+    rig: Rig, fake: FakeOllama
+) -> None:
+    order: list[str] = []
+    read = rig.poller._read
+
+    async def spy(method: str, path: str, body: Any = None) -> dict[str, Any]:
+        order.append(path)
+        return await read(method, path, body)
+
+    rig.poller._read = spy  # type: ignore[method-assign]
+    show = fake._show
+
+    async def not_found(request: web.Request) -> web.Response:
+        if (await request.json())["model"] == "qwen3:8b":
+            fake.hits["/api/show qwen3:8b"] += 1
+            return web.json_response({"error": "not found"}, status=404)
+        return await show(request)
+
+    fake._show = not_found  # type: ignore[method-assign]
+    for _ in range(3):
+        await rig.poller.poll()
+    assert order[:3] == ["api/version", "api/ps", "api/tags"]
+    assert fake.hits["/api/show qwen3:8b"] == 1  # failed once: retried after SHOW_RETRY
+
+
+async def test_one_ps_read_at_a_time(rig: Rig, fake: FakeOllama) -> None:
+    # A poke and the round's own read at once: the older reply must not land after the
+    # newer one and roll a load back (two loads and an unload for one real load).
+    await rig.poller.poll()
+    fake.ps = [*fake.ps, ps_entry("qwen3:8b", DIGEST_B)]
+    await asyncio.gather(rig.poller.poll_ps(), rig.poller.poll_ps())
+    assert rig.value("model_loads_total", model="qwen3:8b") == 1
+    assert rig.value("model_unloads_total", model="qwen3:8b") == 0
+
+
 async def test_version_change_replaces_the_info_series(rig: Rig, fake: FakeOllama) -> None:
     await rig.poller.poll()
     fake.version = "0.34.0"
@@ -182,10 +239,15 @@ async def test_failing_upstream_is_down_and_counted(rig: Rig, fake: FakeOllama) 
     assert not rig.poller.up
     assert rig.value("upstream_up") == 0
     assert rig.value("upstream_poll_errors_total") == 1, "down: one read per round, one error"
-    assert rig.value("model_loaded", model="llama3.2:latest") == 1, "last known state is kept"
+    # A server that does not answer reports no loaded model (an offload alert or a VRAM
+    # panel must not describe it); its return is a new baseline, not a load.
+    for gauge in ("model_loaded", "model_vram_bytes", "model_size_bytes"):
+        assert rig.value(gauge, model="llama3.2:latest") is None
     fake.failing = False
     await rig.poller.poll()
     assert rig.value("upstream_up") == 1
+    assert rig.value("model_loaded", model="llama3.2:latest") == 1
+    assert rig.value("model_loads_total", model="llama3.2:latest") == 0
 
 
 def free_port() -> int:
