@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -74,6 +75,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Start-up failures (a port in use, an unwritable --db, a database from a newer
         # ollama-tap) already say what is wrong: one line, not a traceback.
         print(f"ollama-tap: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as exc:
+        print(
+            f"ollama-tap: the database {settings.db_path} cannot be used ({exc}); move it "
+            "aside (or point --db elsewhere) to start with a new one.",
+            file=sys.stderr,
+        )
         return 2
 
 

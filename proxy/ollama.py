@@ -225,9 +225,16 @@ def _dict(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+_COUNT_MAX: Final = 2**63 - 1
+"""Ollama's counts and durations are 64-bit; a larger number is no count (and no SQLite
+integer, nor any Prometheus value worth keeping)."""
+
+
 def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
+    if not 0 <= value <= _COUNT_MAX:
+        return None  # negative, past 64 bits, or NaN (which compares false)
     return int(value)
 
 

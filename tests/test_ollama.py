@@ -967,3 +967,18 @@ def test_reply_pieces_tolerates_nulls() -> None:
     reply = {"output": [{"type": "message", "content": [{"type": "output_text", "text": None}]},
                         {"type": "reasoning", "summary": None}, None]}  # fmt: skip
     assert ollama.reply_pieces(reply) == []
+
+
+def test_counts_outside_64_bits_or_negative_are_no_counts() -> None:
+    # They would not fit a SQLite integer (the recorder) and mean nothing as counts.
+    ex = make_exchange("/api/generate")
+    final = (
+        '{"model":"m","done":true,"eval_count":1e30,"prompt_eval_count":-3,'
+        '"prompt_eval_cached_count":18446744073709551615,"total_duration":5,'
+        '"eval_duration":9223372036854775807}'
+    )
+    read(ex, [ndjson(final)])
+    assert ex.usage is not None
+    assert (ex.usage.eval_count, ex.usage.prompt_eval_count) == (0, 0)
+    assert ex.usage.prompt_eval_cached_count is None
+    assert (ex.usage.total_duration, ex.usage.eval_duration) == (5, 2**63 - 1)

@@ -89,8 +89,15 @@ def allowed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     for k, v in headers.items():
         name = _SPELLINGS[k] if k in _SPELLINGS else _spelling(k)
         if name is not None:
-            out[name] = str(v)
+            # A header's bytes that are not UTF-8 reach here as lone surrogates (aiohttp's
+            # surrogateescape), which no JSON encoder takes: stored as U+FFFD instead.
+            value = str(v)
+            out[name] = value if value.isascii() else _utf8(value)
     return out
+
+
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def omitted(kind: str, data: bytes) -> dict[str, Any]:

@@ -45,7 +45,8 @@ def prune(conn: sqlite3.Connection, retention: Retention, now: float) -> int:
             cut = "DELETE FROM records" + (" WHERE seq <= ?" if row else "")
             deleted += conn.execute(cut, (row[0],) if row else ()).rowcount
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # a full disk may have ended it already: keep its error
+            conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
     if deleted:

@@ -55,6 +55,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
 )
 VERSION: Final = len(MIGRATIONS)
+WAL_LIMIT: Final = 64 * 1024 * 1024
+"""Bytes the write-ahead log is truncated to after a checkpoint (SQLite keeps it at its
+largest otherwise: one burst of large rows would hold that much disk for good)."""
 
 
 class SchemaError(RuntimeError):
@@ -88,6 +91,9 @@ def open_writer(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous = NORMAL")
     # Pruned rows are overwritten with zeros, so deleted prompts do not linger in free pages.
     conn.execute("PRAGMA secure_delete = ON")
+    # A burst of large rows grows the WAL; each checkpoint then truncates it back to this,
+    # instead of leaving the file at its largest for good.
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
     migrate(conn)
     return conn
 

@@ -170,7 +170,10 @@ class Writer:
             conn.execute("BEGIN")
             conn.executemany(_INSERT, map(_VALUES, rows))
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except Exception as exc:
+            # sqlite3's errors, and a value it cannot bind (an integer past 64 bits, a lone
+            # surrogate): either way the transaction must end here, or it would hold the
+            # write lock, and the other rows must not share the bad one's fate.
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if len(rows) > 1:

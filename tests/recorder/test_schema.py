@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from proxy.recorder import Recorder
-from proxy.recorder.schema import VERSION, SchemaError, open_writer
+from proxy.recorder.schema import VERSION, WAL_LIMIT, SchemaError, open_writer
 from tests.recorder.factory import WALL0, make_settings, stored
 
 # The v1 schema exactly as it shipped (frozen here on purpose: the test builds the old
@@ -67,3 +71,28 @@ def test_newer_schema_is_refused_with_the_fix(tmp_path: Path) -> None:
         conn.execute(f"PRAGMA user_version = {VERSION + 1}")
     with pytest.raises(SchemaError, match="upgrade ollama-tap"):
         open_writer(path)
+
+
+def test_the_write_ahead_log_is_capped(tmp_path: Path) -> None:
+    conn = open_writer(tmp_path / "records.db")
+    assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == WAL_LIMIT
+    conn.close()
+
+
+def test_serve_names_a_corrupt_database_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "records.db"
+    path.write_bytes(b"not a database, but 4 KiB of something else" * 100)
+    path.chmod(0o600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--db", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OLLAMA_TAP_UPSTREAM": "http://127.0.0.1:9"},
+    )
+    assert done.returncode == 2
+    assert f"ollama-tap: the database {path} cannot be used" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from proxy.recorder import Recorder
 from proxy.recorder.store import Filters
 from tests.recorder.conftest import sample
-from tests.recorder.factory import chat_body, drive, exchange, make_settings
+from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage
 
 pytestmark = pytest.mark.usefixtures("blockbuster")
 
@@ -127,3 +127,33 @@ async def test_the_writer_survives_a_failing_round(
     await rec.stop()
     assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
     assert await count(rec) == 2
+
+
+@pytest.mark.parametrize("bad", ["huge-int", "non-utf8-header"])
+async def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path: Path, bad: str) -> None:
+    # An integer past 64 bits raised OverflowError out of the insert, outside sqlite3.Error:
+    # the whole batch was lost and its transaction left holding the write lock. A header's
+    # non-UTF-8 bytes (lone surrogates from aiohttp) made the row impossible to build.
+    registry = CollectorRegistry()
+    rec = Recorder(make_settings(tmp_path), registry)
+    await rec.start()
+    ex = exchange(body=chat_body(), usage=native_usage(), ex_id="odd")
+    if bad == "huge-int":
+        assert ex.usage is not None
+        ex.usage.eval_count = 10**19
+    else:
+        ex.request_headers["User-Agent"] = b"agent \xff\xfe".decode("utf-8", "surrogateescape")
+    drive(rec, exchange(body=chat_body(), ex_id="before"))
+    drive(rec, ex)
+    drive(rec, exchange(body=chat_body(), ex_id="after"))
+    await rec.stop()
+    stored = {r["id"] for r in (await asyncio.to_thread(rec.store.page, Filters(), 10))[0]}
+    if bad == "huge-int":
+        assert stored == {"before", "after"}
+        assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
+    else:
+        assert stored == {"before", "odd", "after"}
+        record = await asyncio.to_thread(rec.store.get, "odd")
+        assert record is not None
+        assert record["request"]["headers"]["User-Agent"] == "agent \ufffd\ufffd"
+        assert sample(registry, "ollama_tap_recorder_write_errors_total") == 0
