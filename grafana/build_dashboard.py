@@ -10,11 +10,13 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 OUT = Path(__file__).resolve().parent / "dashboards" / "ollama-tap.json"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 RATE = "$__rate_interval"
+NATIVE: Final = 'endpoint=~"/api/generate|/api/chat"'
+"""The routes with Ollama's phase timings."""
 TOK_S = "suffix: tok/s"
 NEWER_OLLAMA = (
     " Needs an Ollama that reports prompt_eval_cached_count (releases with PR #17943);"
@@ -42,6 +44,16 @@ def rate(metric: str, by: str, s: str) -> str:
 
 def increase(metric: str, by: str, s: str) -> str:
     return f"sum by ({by}) (increase({metric}{s}[{RATE}]))"
+
+
+BAR_STEP: Final = "1m"
+"""The least step of a panel that draws events per interval as bars (4 scrapes at 15 s)."""
+
+
+def per_bar(metric: str, by: str, s: str) -> str:
+    """Events per bar: the increase over the panel's own step, so each event is drawn once
+    (over $__rate_interval, longer than the step, one event filled several bars)."""
+    return f"sum by ({by}) (increase({metric}{s}[$__interval]))"
 
 
 def quantile(q: float, hist: str, by: str, s: str) -> str:
@@ -87,6 +99,8 @@ class Panel:
     defaults: dict[str, Any] = field(default_factory=dict)
     overrides: list[dict[str, Any]] = field(default_factory=list)
     transformations: list[dict[str, Any]] = field(default_factory=list)
+    interval: str | None = None
+    """The panel's least query step (Grafana's "Min interval"), where a query needs one."""
 
 
 def quantiles(hist: str, s: str, by: str = "model") -> list[Target]:
@@ -271,7 +285,10 @@ def phases() -> list[Panel]:
                     mean("ollama_tap_prompt_eval_duration_seconds", streamed), "prefill {{model}}"
                 ),
                 Target(
-                    mean("ollama_tap_time_to_first_token_seconds", sel()), "client TTFT {{model}}"
+                    # The phases exist only for native generate/chat: so must the line they
+                    # are stacked against (a /v1 reply has TTFT but no phases).
+                    mean("ollama_tap_time_to_first_token_seconds", sel(extra=NATIVE)),
+                    "client TTFT {{model}}",
                 ),
             ],
             width=24,
@@ -487,14 +504,15 @@ def models() -> list[Panel]:
             "per interval.",
             "short",
             [
-                Target(increase("ollama_tap_model_loads_total", "model", m), "loads {{model}}"),
-                Target(increase("ollama_tap_model_unloads_total", "model", m), "unloads {{model}}"),
+                Target(per_bar("ollama_tap_model_loads_total", "model", m), "loads {{model}}"),
+                Target(per_bar("ollama_tap_model_unloads_total", "model", m), "unloads {{model}}"),
                 Target(
-                    increase("ollama_tap_cold_starts_total", "model", m), "cold starts {{model}}"
+                    per_bar("ollama_tap_cold_starts_total", "model", m), "cold starts {{model}}"
                 ),
             ],
             width=12,
             defaults={"custom": {"drawStyle": "bars", "fillOpacity": 80}},
+            interval=BAR_STEP,
         ),
         Panel(
             "Model info",
@@ -538,8 +556,9 @@ def health() -> list[Panel]:
             "Records the recorder dropped per interval because its queue was full (recordings "
             "lost; client traffic unaffected).",
             "short",
-            [Target(f"sum(increase(ollama_tap_records_dropped_total{p}[{RATE}]))", "dropped")],
+            [Target(f"sum(increase(ollama_tap_records_dropped_total{p}[$__interval]))", "dropped")],
             width=5,
+            interval=BAR_STEP,
             defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(1)},
         ),
         Panel(
@@ -636,7 +655,7 @@ def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
         },
         "targets": [target_json(t, chr(ord("A") + i)) for i, t in enumerate(p.targets)],
         "transformations": p.transformations,
-    }
+    } | ({"interval": p.interval} if p.interval else {})
 
 
 def layout() -> list[dict[str, Any]]:
@@ -666,7 +685,10 @@ def layout() -> list[dict[str, Any]]:
     return panels
 
 
-def variable(name: str, label: str, query: str) -> dict[str, Any]:
+def variable(name: str, label: str, query: str, all_value: str | None = ".*") -> dict[str, Any]:
+    """A multi-value query variable with "All". `all_value` None makes "All" the values
+    themselves, as for job and instance: ".*" there would also select the series of every
+    other scrape job in the panels that read non-ollama_tap metrics (up, process_*)."""
     return {
         "name": name,
         "label": label,
@@ -677,10 +699,9 @@ def variable(name: str, label: str, query: str) -> dict[str, Any]:
         "refresh": 2,
         "includeAll": True,
         "multi": True,
-        "allValue": ".*",
         "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
         "sort": 1,
-    }
+    } | ({"allValue": all_value} if all_value is not None else {})
 
 
 def templating() -> dict[str, Any]:
@@ -696,9 +717,12 @@ def templating() -> dict[str, Any]:
                 "refresh": 1,
                 "regex": "",
             },
-            variable("job", "Job", "label_values(ollama_tap_build_info, job)"),
+            variable("job", "Job", "label_values(ollama_tap_build_info, job)", None),
             variable(
-                "instance", "Instance", 'label_values(ollama_tap_build_info{job=~"$job"}, instance)'
+                "instance",
+                "Instance",
+                'label_values(ollama_tap_build_info{job=~"$job"}, instance)',
+                None,
             ),
             variable("model", "Model", f"label_values(ollama_tap_requests_total{scoped}, model)"),
             variable(

@@ -51,6 +51,21 @@ def test_schema_and_variables() -> None:
     assert variables["datasource"]["query"] == "prometheus"
     for name in ("instance", "model", "endpoint"):
         assert 'job=~"$job"' in variables[name]["definition"]
+    # "All" for job and instance is the values found, never ".*": panels that read up and
+    # process_* would otherwise draw every other scrape job too.
+    assert "allValue" not in variables["job"] and "allValue" not in variables["instance"]
+
+
+def test_bars_count_each_event_once() -> None:
+    # A bar per step, each the increase over that step: over a longer window, one model
+    # load showed as several bars.
+    for panel in panels():
+        if panel["fieldConfig"]["defaults"].get("custom", {}).get("drawStyle") != "bars":
+            continue
+        for target in panel["targets"]:
+            if "increase(" in target["expr"]:
+                assert "[$__interval]" in target["expr"], panel["title"]
+                assert panel["interval"] == "1m", panel["title"]
 
 
 @pytest.mark.parametrize("panel", list(panels()), ids=lambda p: p["title"])

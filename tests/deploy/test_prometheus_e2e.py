@@ -318,7 +318,8 @@ def selector(metric: dict[str, str]) -> str:
 def slowdown_rule_test(
     labels: dict[str, dict[str, str]], per_reply: dict[str, dict[str, float]]
 ) -> dict[str, Any]:
-    """A promtool test replaying the scraped per-reply increments: a day fast, then 30 min slow.
+    """A promtool test replaying the scraped per-reply increments: two days fast (the rule's
+    baseline is the day before the last one), then 30 min slow.
 
     Replies per minute are set so the rule's traffic guard (60 s of decoding and 5 replies in
     10 minutes) is met by the slow phase, as a busy production model would meet it.
@@ -327,7 +328,7 @@ def slowdown_rule_test(
 
     def values(key: str, slow_minutes: int, slow: str = "slow") -> str:
         step, after = per_reply["fast"][key] * per_minute, per_reply[slow][key] * per_minute
-        return f"0+{step!r}x1440 {1440 * step + after!r}+{after!r}x{slow_minutes}"
+        return f"0+{step!r}x2880 {2880 * step + after!r}+{after!r}x{slow_minutes}"
 
     def case(name: str, slow: str, expect: list[dict[str, str]]) -> dict[str, Any]:
         return {
@@ -339,7 +340,7 @@ def slowdown_rule_test(
             "promql_expr_test": [
                 {
                     "expr": 'ALERTS{alertname="DecodeSlowdown", alertstate="firing"}',
-                    "eval_time": "1470m",
+                    "eval_time": "2910m",
                     "exp_samples": expect,
                 }
             ],
