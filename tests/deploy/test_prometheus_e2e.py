@@ -349,7 +349,8 @@ def slowdown_rule_test(
     tokens = labels["tokens"]
     alert = (
         'ALERTS{alertname="DecodeSlowdown", alertstate="firing", severity="warning", '
-        f'job="{tokens["job"]}", model="{tokens["model"]}", ctx="{tokens["ctx"]}"}}'
+        f'job="{tokens["job"]}", instance="{tokens["instance"]}", model="{tokens["model"]}", '
+        f'ctx="{tokens["ctx"]}"}}'
     )
     return {
         "rule_files": [str(RULES)],
