@@ -297,9 +297,11 @@ def ctx_class(context_tokens: int) -> str:
 
 
 def _num_ctx(ex: Exchange) -> int | None:
+    """The request's `options.num_ctx`, as Ollama reads it (a float is truncated)."""
     value = (ex.request.options or {}).get("num_ctx")
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return value if ok else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 1:
+        return None
+    return int(min(value, 2**63 - 1))
 
 
 class _State:

@@ -281,10 +281,17 @@ class UpstreamPoller:
         self._info[key] = labels
 
     def _loaded_entry(self, model: str | None) -> LoadedModel | None:
+        """The /api/ps entry of a name, or of another name for the same model: Ollama keys
+        runners by blob, so `llama3.2:3b` runs in the runner /api/ps lists as
+        `llama3.2:latest` when both name one digest."""
         valid = valid_key(model) if isinstance(model, str) else None
         if valid is None or self._loaded is None:
             return None
-        return self._loaded.get(valid[0])
+        entry = self._loaded.get(valid[0])
+        local = self._tags.get(valid[0])
+        if entry is None and local is not None and local.digest:
+            entry = next((e for e in self._loaded.values() if e.digest == local.digest), None)
+        return entry
 
     def _set_up(self, up: bool, detail: str) -> None:
         self.m.up.set(1 if up else 0)

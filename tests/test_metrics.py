@@ -220,6 +220,13 @@ def test_utilization_after_a_load_waits_for_the_new_num_ctx() -> None:
     assert h.total("context_utilization_ratio", GEN) == 0.25
 
 
+@pytest.mark.parametrize(("num_ctx", "ratio"), [(224.0, 0.25), (224.9, 0.25), (0.5, None)])
+def test_a_float_num_ctx_is_read_as_ollama_reads_it(num_ctx: float, ratio: float | None) -> None:
+    h = Harness(FakeModels())
+    h.run(make_exchange(usage=native_usage(), options={"num_ctx": num_ctx}))  # truncated
+    assert h.total("context_utilization_ratio", GEN) == ratio
+
+
 def test_request_num_ctx_wins_over_the_poller() -> None:
     h = Harness(FakeModels({"llama3.2": 224}))
     h.run(make_exchange(usage=native_usage(), options={"num_ctx": 28}))

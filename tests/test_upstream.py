@@ -190,6 +190,15 @@ async def test_ps_is_read_before_tags_and_a_failing_show_is_not_asked_every_roun
     assert fake.hits["/api/show qwen3:8b"] == 1  # failed once: retried after SHOW_RETRY
 
 
+async def test_another_name_for_a_loaded_model_has_its_context(rig: Rig, fake: FakeOllama) -> None:
+    # Ollama keys runners by blob: a request for llama3.2:3b (the same digest) runs in the
+    # runner /api/ps lists as llama3.2:latest.
+    fake.tags.append(tag("llama3.2:3b", DIGEST_A))
+    await rig.poller.poll()
+    assert rig.poller.context_length("llama3.2:3b") == 4096
+    assert rig.poller.context_length("qwen3:8b") is None  # listed, not loaded
+
+
 async def test_one_ps_read_at_a_time(rig: Rig, fake: FakeOllama) -> None:
     # A poke and the round's own read at once: the older reply must not land after the
     # newer one and roll a load back (two loads and an unload for one real load).

@@ -79,6 +79,8 @@ class Writer:
         self._conn: sqlite3.Connection | None = None
         self._next_measure = 0.0
         self._unmeasured = False
+        self._writing = 0
+        """Records taken from the queue and not yet written (the writer thread's count)."""
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     def submit(self, ex: Exchange, cap: Capture) -> None:
@@ -98,6 +100,7 @@ class Writer:
         return self._added - self._taken
 
     def _take(self, n: int) -> list[tuple[Exchange, Capture]]:
+        self._writing = n  # until written: `stop` counts them as unwritten until then
         items = [self._queue.popleft() for _ in range(n)]
         self._taken += sum(weight for _, _, weight in items)
         return [(ex, cap) for ex, cap, _ in items]
@@ -117,7 +120,9 @@ class Writer:
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
-                log.warning("recorder_stop_timeout", unwritten=len(self._queue))
+                # Queued, and the batch being written (a stuck disk holds it too).
+                unwritten = len(self._queue) + self._writing
+                log.warning("recorder_stop_timeout", unwritten=unwritten)
 
     def _run(self) -> None:
         next_prune = time.monotonic() + PRUNE_EVERY
@@ -140,6 +145,7 @@ class Writer:
         wrote = False
         while self._queue:
             self._write(self._take(min(BATCH, len(self._queue))))
+            self._writing = 0
             wrote = True
         if time.monotonic() >= next_prune:
             self._prune()
@@ -176,13 +182,20 @@ class Writer:
             # write lock, and the other rows must not share the bad one's fate.
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            if len(rows) > 1:
-                # Retry one by one so one bad record does not cost the whole batch.
+            if len(rows) > 1 and not isinstance(exc, sqlite3.OperationalError):
+                # Retry one by one so one bad record does not cost the whole batch. Not for
+                # the file's own failures (locked, full, I/O): every row would wait and fail
+                # alike, one busy timeout each.
                 for row in rows:
                     self._insert([row])
             elif rows:
-                self.metrics.write_errors.inc()
-                log.error("record_write_failed", id=rows[0]["id"], error=str(exc))
+                self.metrics.write_errors.inc(len(rows))
+                log.error(
+                    "record_write_failed",
+                    ids=[row["id"] for row in rows[:10]],
+                    records=len(rows),
+                    error=str(exc),
+                )
 
     def _prune(self) -> None:
         assert self._conn is not None
