@@ -76,8 +76,38 @@ def _create_private(path: Path) -> None:
     os.chmod(path, 0o600)
 
 
+def _check_usable(path: Path) -> None:
+    """Refuse, before changing a byte of it, a file this version must not write to: a
+    newer schema, or another program's SQLite database."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        version = user_version(conn)
+        tables = [row[0] for row in conn.execute(_TABLES)]
+    finally:
+        conn.close()
+    if version > VERSION:
+        raise SchemaError(_newer(version))
+    if version == 0 and tables:
+        raise SchemaError(
+            f"{path} is not an ollama-tap database (it holds the tables "
+            f"{', '.join(sorted(tables)[:5])}); point --db at another file."
+        )
+
+
+_TABLES: Final = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+
+
+def _newer(version: int) -> str:
+    return (
+        f"the database has schema v{version}, newer than this ollama-tap understands "
+        f"(v{VERSION}); upgrade ollama-tap or point --db at another file."
+    )
+
+
 def open_writer(path: Path) -> sqlite3.Connection:
     """Open (creating and migrating as needed) the connection that does all the writing."""
+    if path.exists() and path.stat().st_size > 0:
+        _check_usable(path)
     _create_private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 5000")
@@ -99,19 +129,20 @@ def open_writer(path: Path) -> sqlite3.Connection:
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Bring the schema to VERSION, one transaction per step."""
-    version = user_version(conn)
-    if version > VERSION:
-        raise SchemaError(
-            f"the database has schema v{version}, newer than this ollama-tap understands "
-            f"(v{VERSION}); upgrade ollama-tap or point --db at another file."
-        )
-    for step in range(version, VERSION):
+    """Bring the schema to VERSION, one transaction per step. The version is read under the
+    write lock: two processes opening one new file at once would otherwise both migrate."""
+    while True:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in MIGRATIONS[step]:
+            version = user_version(conn)
+            if version > VERSION:
+                raise SchemaError(_newer(version))
+            if version == VERSION:
+                conn.execute("COMMIT")
+                return
+            for statement in MIGRATIONS[version]:
                 conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {step + 1}")
+            conn.execute(f"PRAGMA user_version = {version + 1}")
         except BaseException:
             conn.execute("ROLLBACK")
             raise

@@ -8,6 +8,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,45 @@ def test_newer_schema_is_refused_with_the_fix(tmp_path: Path) -> None:
     path = tmp_path / "records.db"
     with sqlite3.connect(path) as conn:
         conn.execute(f"PRAGMA user_version = {VERSION + 1}")
+    before = path.read_bytes()
     with pytest.raises(SchemaError, match="upgrade ollama-tap"):
         open_writer(path)
+    assert path.read_bytes() == before  # refused before a byte changed (mode, WAL, vacuum)
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_another_programs_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    path.chmod(0o644)
+    before = path.read_bytes()
+    with pytest.raises(SchemaError, match=r"is not an ollama-tap database .*users"):
+        open_writer(path)
+    assert path.read_bytes() == before and path.stat().st_mode & 0o777 == 0o644
+
+
+def test_processes_opening_one_new_file_at_once_migrate_it_once(tmp_path: Path) -> None:
+    # Each read the version before the others had migrated, and two ran the migration
+    # ("table records already exists"): the version is read under the write lock now.
+    errors: list[BaseException] = []
+
+    def open_one(path: Path, start: threading.Barrier) -> None:
+        start.wait()
+        try:
+            open_writer(path).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    for attempt in range(5):
+        start = threading.Barrier(3)
+        path = tmp_path / f"race{attempt}.db"
+        threads = [threading.Thread(target=open_one, args=(path, start)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
 
 
 def test_the_write_ahead_log_is_capped(tmp_path: Path) -> None:
