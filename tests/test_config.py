@@ -113,6 +113,7 @@ def test_start_up_failures_are_one_line_not_a_traceback(
     db_dir = Path(str(tmp_path)) / "ro"
     db_dir.mkdir()
     (db_dir / "admin-token").write_text("")
+    (db_dir / "admin-token").chmod(0o600)  # private, as it must be: empty is the failure here
     assert main(["serve", "--port", "0", "--db", str(db_dir / "records.db")]) == 2
     err = capsys.readouterr().err
     assert "admin-token is empty" in err and "Traceback" not in err
