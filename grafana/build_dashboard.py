@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -653,7 +653,12 @@ def panel_json(p: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
             "legend": {"displayMode": "list", "placement": "bottom"},
             "tooltip": {"mode": "multi", "sort": "desc"},
         },
-        "targets": [target_json(t, chr(ord("A") + i)) for i, t in enumerate(p.targets)],
+        # A stat shows the state now: an instant query. Reduced from a range, it kept showing
+        # what had ended (an unloaded model's offload, the version before an upgrade).
+        "targets": [
+            target_json(replace(t, instant=True) if p.kind == "stat" else t, chr(ord("A") + i))
+            for i, t in enumerate(p.targets)
+        ],
         "transformations": p.transformations,
     } | ({"interval": p.interval} if p.interval else {})
 

@@ -141,3 +141,12 @@ def test_provisioning_points_at_the_dashboards() -> None:
         (REPO / "grafana/provisioning/datasources/prometheus.yml").read_text()
     )
     assert datasource["datasources"][0]["type"] == "prometheus"
+
+
+def test_stat_panels_show_the_state_now() -> None:
+    # Reduced from a range query ("last not null"), a stat kept showing what had ended: an
+    # unloaded model's offload, the Ollama version before an upgrade.
+    stats = [p for p in panels() if p["type"] == "stat"]
+    assert stats
+    for panel in stats:
+        assert all(t["instant"] and not t["range"] for t in panel["targets"]), panel["title"]
