@@ -68,6 +68,7 @@ lint: $(VENV)/.test-deps
 
 typecheck: $(VENV)/.test-deps
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy bench  # the benchmark scripts too: they call the package's internals
 
 unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps
 	$(VENV)/bin/pytest $(ARGS)

@@ -33,8 +33,9 @@ class Models:
     def context_length(self, model: str | None) -> int | None:
         return None
 
-    def poke_ps(self) -> None:
-        pass
+    def poke_ps(self, then: Callable[[], None] | None = None) -> None:
+        if then is not None:
+            then()
 
 
 def exchange(chunks: int) -> Exchange:
@@ -78,14 +79,14 @@ def exchanges(chunks: int) -> Callable[[int], float]:
     ex = exchange(chunks)
     pieces = [OutputChunk(T0 + 1.0 + 0.05 * i, OutputKind.CONTENT, "x", 60) for i in range(chunks)]
     obs = observer()
-    request, chunk, response = obs.request, obs.chunk, obs.response
+    request, chunk, response = obs.request, obs.chunks, obs.response
 
     def run(n: int) -> float:
         start = time.perf_counter()
         for _ in range(n):
             request(ex)
             for piece in pieces:
-                chunk(ex, piece)
+                chunk(ex, (piece,))  # one piece a read, as paced streams arrive
             response(ex)
         return time.perf_counter() - start
 
@@ -98,13 +99,13 @@ def chunks() -> Callable[[int], float]:
     obs = observer()
     obs.request(ex)
     pieces = [OutputChunk(T0 + 1.0 + 0.05 * i, OutputKind.CONTENT, "x", 60) for i in range(100)]
-    chunk = obs.chunk
+    chunk = obs.chunks
 
     def run(n: int) -> float:
         start = time.perf_counter()
         for _ in range(n // len(pieces)):
             for piece in pieces:
-                chunk(ex, piece)
+                chunk(ex, (piece,))
         return time.perf_counter() - start
 
     return run

@@ -51,9 +51,11 @@ BAR_STEP: Final = "1m"
 
 
 def per_bar(metric: str, by: str, s: str) -> str:
-    """Events per bar: the increase over the panel's own step, so each event is drawn once
-    (over $__rate_interval, longer than the step, one event filled several bars)."""
-    return f"sum by ({by}) (increase({metric}{s}[$__interval]))"
+    """Events per bar: the counter's difference from one step back, so each event is drawn
+    once. increase() over $__rate_interval (longer than the step) drew one event in several
+    bars; over the step itself it missed the change between two windows' samples. A reset
+    loses only its own step's count (clamped at 0)."""
+    return f"sum by ({by}) (clamp_min({metric}{s} - {metric}{s} offset $__interval, 0))"
 
 
 def quantile(q: float, hist: str, by: str, s: str) -> str:
@@ -556,7 +558,7 @@ def health() -> list[Panel]:
             "Records the recorder dropped per interval because its queue was full (recordings "
             "lost; client traffic unaffected).",
             "short",
-            [Target(f"sum(increase(ollama_tap_records_dropped_total{p}[$__interval]))", "dropped")],
+            [Target(per_bar("ollama_tap_records_dropped_total", "job", p), "dropped")],
             width=5,
             interval=BAR_STEP,
             defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(1)},

@@ -76,6 +76,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # ollama-tap) already say what is wrong: one line, not a traceback.
         print(f"ollama-tap: {exc}", file=sys.stderr)
         return 2
+    except sqlite3.OperationalError as exc:
+        # Locked, full, an I/O error: the file may be fine, and must not be moved aside.
+        print(f"ollama-tap: cannot use the database {settings.db_path}: {exc}", file=sys.stderr)
+        return 2
     except sqlite3.DatabaseError as exc:
         print(
             f"ollama-tap: the database {settings.db_path} cannot be used ({exc}); move it "

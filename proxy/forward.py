@@ -109,6 +109,7 @@ class RelayResponse(web.StreamResponse):
 
 
 _BROKEN_OFF: Final = (
+    aiohttp.ClientConnectionResetError,
     aiohttp.ServerDisconnectedError,
     aiohttp.ClientResponseError,
     aiohttp.ClientPayloadError,

@@ -455,15 +455,18 @@ class MetricsObserver:
         if models is None:
             return None
 
+        name = ex.model
+        if usage.load_duration <= COLD_START_NS:
+            if loaded_ctx := models.context_length(name):
+                self.m.utilization[endpoint, model].observe(size / loaded_ctx)
+            return None
+
         def observe() -> None:
-            loaded_ctx = models.context_length(ex.model)
-            if loaded_ctx:
+            # Later, from the /api/ps read's callback: the name, not the Exchange, is kept.
+            if loaded_ctx := models.context_length(name):
                 self.m.utilization[endpoint, model].observe(size / loaded_ctx)
 
-        if usage.load_duration > COLD_START_NS:
-            return observe
-        observe()
-        return None
+        return observe
 
 
 def _stream(ex: Exchange) -> str:

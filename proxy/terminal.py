@@ -21,7 +21,12 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def escaped(text: str) -> str:
+    """`text` with every unsafe character shown as an escape."""
+    return _UNSAFE.sub(_escape, text)
+
+
 def printable(text: str, stream: TextIO | None = None) -> str:
     """`text` as it may be written to `stream` (standard output by default)."""
     out = sys.stdout if stream is None else stream
-    return _UNSAFE.sub(_escape, text) if out.isatty() else text
+    return escaped(text) if out.isatty() else text

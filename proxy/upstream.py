@@ -153,7 +153,8 @@ class UpstreamPoller:
             reply = await self._read("GET", "api/version")
         except PollError as exc:
             self._set_up(False, str(exc))
-            self._forget_loaded()
+            async with self._ps_lock:  # a poked read in flight must not bring them back
+                self._forget_loaded()
             return
         version = str(reply.get("version", ""))
         self._set_up(True, version)

@@ -34,14 +34,21 @@ class FakeModels:
         self.contexts = contexts or {}
         self.after_poke: dict[str, int] = {}
         self.pokes = 0
+        self.waiting: list[Callable[[], None]] = []
 
     def context_length(self, model: str | None) -> int | None:
         return self.contexts.get(model or "")
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None:
+        # The poller's read is asynchronous: it ends when the test says (`read_ps`).
         self.pokes += 1
-        self.contexts.update(self.after_poke)
         if then is not None:
+            self.waiting.append(then)
+
+    def read_ps(self) -> None:
+        self.contexts.update(self.after_poke)
+        waiting, self.waiting = self.waiting, []
+        for then in waiting:
             then()
 
 
@@ -217,6 +224,8 @@ def test_utilization_after_a_load_waits_for_the_new_num_ctx() -> None:
     h = Harness(models)
     h.run(make_exchange(usage=native_usage(load_duration=2 * SEC, total_duration=5 * SEC)))
     assert models.pokes == 1
+    assert h.count("context_utilization_ratio", GEN) is None  # not from the stale 32768
+    models.read_ps()
     assert h.total("context_utilization_ratio", GEN) == 0.25
 
 

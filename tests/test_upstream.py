@@ -199,14 +199,35 @@ async def test_another_name_for_a_loaded_model_has_its_context(rig: Rig, fake: F
     assert rig.poller.context_length("qwen3:8b") is None  # listed, not loaded
 
 
-async def test_one_ps_read_at_a_time(rig: Rig, fake: FakeOllama) -> None:
-    # A poke and the round's own read at once: the older reply must not land after the
-    # newer one and roll a load back (two loads and an unload for one real load).
+async def test_one_ps_read_at_a_time(
+    rig: Rig, fake: FakeOllama, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A first read whose reply is slow, a second started meanwhile after a load: were the
+    # older reply taken last, it would roll the load back (an unload, then a second load).
     await rig.poller.poll()
+    read = rig.poller._read
+    first_reply = asyncio.Event()
+    replies = 0
+
+    async def slow_first(method: str, path: str, body: Any = None) -> dict[str, Any]:
+        nonlocal replies
+        data = await read(method, path, body)
+        replies += 1
+        if replies == 1:
+            await first_reply.wait()  # older state, delivered late
+        return data
+
+    monkeypatch.setattr(rig.poller, "_read", slow_first)
+    first = asyncio.create_task(rig.poller.poll_ps())
+    await asyncio.sleep(0.05)
     fake.ps = [*fake.ps, ps_entry("qwen3:8b", DIGEST_B)]
-    await asyncio.gather(rig.poller.poll_ps(), rig.poller.poll_ps())
+    second = asyncio.create_task(rig.poller.poll_ps())
+    await asyncio.sleep(0.05)
+    first_reply.set()
+    await asyncio.gather(first, second)
     assert rig.value("model_loads_total", model="qwen3:8b") == 1
     assert rig.value("model_unloads_total", model="qwen3:8b") == 0
+    assert rig.value("model_loaded", model="qwen3:8b") == 1
 
 
 async def test_version_change_replaces_the_info_series(rig: Rig, fake: FakeOllama) -> None:

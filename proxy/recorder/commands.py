@@ -14,7 +14,7 @@ from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from itertools import pairwise
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import orjson
 from rich import box
@@ -153,14 +153,17 @@ def _version() -> str:
         return "unknown"
 
 
+def _private(path: str) -> BinaryIO:
+    """The file, truncated, and 0600 even if it existed with another mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "wb")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     records = store_from(args).each(_filters(args))
     # An export holds what the database holds: as private as it is (0600), whatever umask.
-    target = (
-        os.fdopen(os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
-        if args.output
-        else nullcontext(sys.stdout.buffer)
-    )
+    target = _private(args.output) if args.output else nullcontext(sys.stdout.buffer)
     with target as out:
         if args.format == "jsonl":
             write_jsonl(records, out)

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from proxy.config import DEFAULT_UPSTREAM, ConfigError, resolve_upstream
 from proxy.recorder.schema import SchemaError
-from proxy.terminal import printable
+from proxy.terminal import escaped, printable
 from proxy.tokens.context import Unavailable, context_ids, token_docs
 from proxy.tokens.detok import Piece
 from proxy.tokens.errors import StoreError, TokensError
@@ -185,7 +185,8 @@ def run_decode(args: argparse.Namespace) -> int:
 def _print_pieces(pieces: list[Piece]) -> None:
     table = Table("id", "piece", "kind", box=None)
     for p in pieces:
-        table.add_row(str(p.id), Text(p.text.translate(_ESCAPES)), p.kind)
+        # A piece is shown as text even piped: its control characters always escaped.
+        table.add_row(str(p.id), Text(escaped(p.text.translate(_ESCAPES))), p.kind)
     Console(soft_wrap=True).print(table)
 
 

@@ -56,16 +56,18 @@ def test_schema_and_variables() -> None:
     assert "allValue" not in variables["job"] and "allValue" not in variables["instance"]
 
 
-def test_bars_count_each_event_once() -> None:
-    # A bar per step, each the increase over that step: over a longer window, one model
-    # load showed as several bars.
+def test_event_counts_are_drawn_once_per_step() -> None:
+    # A count per step, the counter's difference from one step back: increase() over a
+    # longer window drew one model load in several bars; over the step itself it missed
+    # events between two windows' samples.
+    counted = {"Loads and cold starts", "Records dropped"}
     for panel in panels():
-        if panel["fieldConfig"]["defaults"].get("custom", {}).get("drawStyle") != "bars":
+        if panel["title"] not in counted:
             continue
+        assert panel["interval"] == "1m", panel["title"]
         for target in panel["targets"]:
-            if "increase(" in target["expr"]:
-                assert "[$__interval]" in target["expr"], panel["title"]
-                assert panel["interval"] == "1m", panel["title"]
+            assert "increase(" not in target["expr"], panel["title"]
+            assert "offset $__interval" in target["expr"], panel["title"]
 
 
 @pytest.mark.parametrize("panel", list(panels()), ids=lambda p: p["title"])

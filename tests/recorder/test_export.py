@@ -167,6 +167,10 @@ def test_har_export_validates(
         str(out),
     )
     assert out.stat().st_mode & 0o777 == 0o600  # prompts: as private as the database
+    out.chmod(0o644)  # an earlier file of another mode, written over: private again
+    run_cli(capsys, "records", "export", "--db", str(recorded.store.path), "--format", "har",
+            "-o", str(out))  # fmt: skip
+    assert out.stat().st_mode & 0o777 == 0o600
     document = orjson.loads(out.read_bytes())
     jsonschema.validate(document, HAR_SCHEMA, format_checker=jsonschema.FormatChecker())
     entries = document["log"]["entries"]
