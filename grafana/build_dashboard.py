@@ -54,8 +54,10 @@ def per_bar(metric: str, by: str, s: str) -> str:
     """Events per bar: the counter's difference from one step back, so each event is drawn
     once. increase() over $__rate_interval (longer than the step) drew one event in several
     bars; over the step itself it missed the change between two windows' samples. A reset
-    loses only its own step's count (clamped at 0)."""
-    return f"sum by ({by}) (clamp_min({metric}{s} - {metric}{s} offset $__interval, 0))"
+    loses only its own step's count (clamped at 0). A series with no value a step back was
+    born in this step, at 0 (the proxy's counters start at 0): its whole value counts."""
+    step = f"clamp_min({metric}{s} - {metric}{s} offset $__interval, 0)"
+    return f"sum by ({by}) ({step} or {metric}{s})"
 
 
 def quantile(q: float, hist: str, by: str, s: str) -> str:
