@@ -81,6 +81,8 @@ class Writer:
         self._unmeasured = False
         self._writing = 0
         """Records taken from the queue and not yet written (the writer thread's count)."""
+        self._file: tuple[int, int] | None = None
+        """The database file the connection writes to, as opened (device, inode)."""
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     def submit(self, ex: Exchange, cap: Capture) -> None:
@@ -108,6 +110,7 @@ class Writer:
     def open(self) -> None:
         """Open and migrate the file, and prune once (blocking: call it in a thread)."""
         self._conn = open_writer(self.path)
+        self._file = _identity(self.path)
         self._prune()
 
     def start(self) -> None:
@@ -197,6 +200,19 @@ class Writer:
                     error=str(exc),
                 )
 
+    def _reopen(self) -> None:
+        """The file was deleted or replaced under the running proxy: SQLite would go on
+        writing to the unlinked one without a word, and the records would vanish with it.
+        A new file is made (and said so); what went into the old one since the last
+        check (at most about MEASURE_EVERY seconds of records) is lost with it."""
+        log.error("recorder_file_replaced", path=str(self.path))
+        self.metrics.write_errors.inc()
+        conn = open_writer(self.path)  # if this fails, the old connection stays, retried later
+        assert self._conn is not None
+        self._conn.close()
+        self._conn = conn
+        self._file = _identity(self.path)
+
     def _prune(self) -> None:
         assert self._conn is not None
         try:
@@ -209,11 +225,22 @@ class Writer:
         self._measure()
 
     def _measure(self) -> None:
+        if _identity(self.path) != self._file:
+            self._reopen()
         size = 0
         for suffix in ("", "-wal"):
             with contextlib.suppress(FileNotFoundError):
                 size += os.stat(f"{self.path}{suffix}").st_size
         self.metrics.db_size.set(size)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The file at `path` (device, inode), or None when there is none."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _weight(ex: Exchange, cap: Capture) -> int:

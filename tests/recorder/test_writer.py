@@ -157,3 +157,31 @@ async def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path: Path, bad: s
         assert record is not None
         assert record["request"]["headers"]["User-Agent"] == "agent \ufffd\ufffd"
         assert sample(registry, "ollama_tap_recorder_write_errors_total") == 0
+
+
+async def test_a_database_deleted_while_serving_is_made_again(tmp_path: Path) -> None:
+    # SQLite would write on into the unlinked file without a word; the writer notices at
+    # its next measurement (about a second), says so, counts it and starts a new file.
+    registry = CollectorRegistry()
+    rec = Recorder(make_settings(tmp_path), registry)
+    await rec.start()
+    drive(rec, exchange(body=chat_body(), ex_id="before"))
+    path = rec.store.path
+    for _ in range(100):
+        if await count(rec) == 1:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.to_thread(_delete, path)
+    for i in range(40):  # a write each 50 ms, past the measurement period
+        drive(rec, exchange(body=chat_body(), ex_id=f"after-{i}"))
+        await asyncio.sleep(0.05)
+    await rec.stop()
+    assert stat.S_IMODE((await asyncio.to_thread(path.stat)).st_mode) == 0o600
+    assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
+    ids = {r["id"] for r in (await asyncio.to_thread(rec.store.page, Filters(), 100))[0]}
+    assert "after-39" in ids and "before" not in ids
+
+
+def _delete(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
