@@ -455,18 +455,16 @@ class MetricsObserver:
         if models is None:
             return None
 
-        name = ex.model
-        if usage.load_duration <= COLD_START_NS:
-            if loaded_ctx := models.context_length(name):
-                self.m.utilization[endpoint, model].observe(size / loaded_ctx)
-            return None
+        name = ex.model  # the name, not the Exchange, is kept until a deferred observation
 
         def observe() -> None:
-            # Later, from the /api/ps read's callback: the name, not the Exchange, is kept.
             if loaded_ctx := models.context_length(name):
                 self.m.utilization[endpoint, model].observe(size / loaded_ctx)
 
-        return observe
+        if usage.load_duration > COLD_START_NS:
+            return observe
+        observe()
+        return None
 
 
 def _stream(ex: Exchange) -> str:

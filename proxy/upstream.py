@@ -164,10 +164,7 @@ class UpstreamPoller:
 
     async def poll_tags(self) -> None:
         async with self._tags_lock:
-            try:
-                data = await self._read("GET", "api/tags")
-            except PollError as exc:
-                log.debug("poll_failed", error=str(exc))
+            if (data := await self._poll("api/tags")) is None:
                 return
             entries = _entries(data)
             self.labels.set_known("tags", (name for name, _ in entries))
@@ -179,12 +176,16 @@ class UpstreamPoller:
 
     async def poll_ps(self) -> None:
         async with self._ps_lock:
-            try:
-                data = await self._read("GET", "api/ps")
-            except PollError as exc:
-                log.debug("poll_failed", error=str(exc))
-                return
-            self._take_ps(data)
+            if (data := await self._poll("api/ps")) is not None:
+                self._take_ps(data)
+
+    async def _poll(self, path: str) -> dict[str, Any] | None:
+        """One GET of a state route; None when it failed (counted by `_read`)."""
+        try:
+            return await self._read("GET", path)
+        except PollError as exc:
+            log.debug("poll_failed", error=str(exc))
+            return None
 
     def _take_ps(self, data: dict[str, Any]) -> None:
         entries = _entries(data)
@@ -198,17 +199,21 @@ class UpstreamPoller:
             if entry.context_length is not None:
                 self.m.context_length.labels(entry.label).set(entry.context_length)
             else:
-                self._remove_gauges(entry.label, (self.m.context_length,))
+                self._remove_gauges(entry.label, self.m.context_length)
         self._loaded = loaded
+
+    @property
+    def _model_gauges(self) -> tuple[Any, ...]:
+        """The gauges a loaded model has besides `model_loaded` (kept at 0 after unload)."""
+        return (self.m.size, self.m.vram, self.m.context_length)
 
     def _forget_loaded(self) -> None:
         for entry in (self._loaded or {}).values():
-            self._remove_gauges(entry.label, (self.m.loaded, self.m.size, self.m.vram))
-            self._remove_gauges(entry.label, (self.m.context_length,))
+            self._remove_gauges(entry.label, *self._model_gauges, self.m.loaded)
         self._loaded = None
 
     @staticmethod
-    def _remove_gauges(label: str, gauges: tuple[Any, ...]) -> None:
+    def _remove_gauges(label: str, *gauges: Any) -> None:
         for gauge in gauges:
             with contextlib.suppress(KeyError):
                 gauge.remove(label)
@@ -240,8 +245,7 @@ class UpstreamPoller:
                 log.info("model_unloaded", model=entry.label, digest=entry.digest)
                 if key not in loaded:
                     self.m.loaded.labels(entry.label).set(0)
-                    self._remove_gauges(entry.label, (self.m.size, self.m.vram))
-                    self._remove_gauges(entry.label, (self.m.context_length,))
+                    self._remove_gauges(entry.label, *self._model_gauges)
 
     async def _update_info(self) -> None:
         for key, local in self._tags.items():
