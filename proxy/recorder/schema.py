@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Final
 
@@ -111,6 +112,27 @@ def open_writer(path: Path) -> sqlite3.Connection:
     _create_private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 5000")
+    # Switching the file's mode (auto-vacuum, WAL) is answered "locked" at once, without the
+    # busy timeout, while another process does the same to a new file: all of it is
+    # idempotent, so it is tried again for up to the busy timeout.
+    tries = 0
+    while True:
+        try:
+            _set_up(conn)
+            return conn
+        except sqlite3.OperationalError as exc:
+            tries += 1
+            if "locked" not in str(exc) or tries >= _SETUP_TRIES:
+                conn.close()
+                raise
+            time.sleep(0.05)
+
+
+_SETUP_TRIES: Final = 100
+"""Tries of the file's set-up, 50 ms apart: the busy timeout's 5 s."""
+
+
+def _set_up(conn: sqlite3.Connection) -> None:
     if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
         # Incremental auto-vacuum lets retention hand freed pages back to the file system
         # (`PRAGMA incremental_vacuum`); switching an existing file over needs one VACUUM.
@@ -125,7 +147,6 @@ def open_writer(path: Path) -> sqlite3.Connection:
     # instead of leaving the file at its largest for good.
     conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
     migrate(conn)
-    return conn
 
 
 def migrate(conn: sqlite3.Connection) -> None:
