@@ -1,9 +1,17 @@
-"""A minimal Ollama-shaped NDJSON upstream for the benchmarks: as cheap as it can be."""
+"""A minimal Ollama-shaped NDJSON upstream for the benchmarks: as cheap as it can be.
+
+Besides streaming, it answers the routes ollama-tap's poller reads (/api/version,
+/api/tags, /api/ps, /api/show) with a model named `bench`, as an Ollama serving that model
+would. Without them the proxy would measure a pathological set-up rather than a real one:
+Ollama seen as down, and every request's unknown model name asking for an /api/tags
+refresh (rate-limited to one per 5 s, which lands on each round's first requests).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -40,14 +48,55 @@ async def generate(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+DIGEST = "a80c4f17acd55265feec403c7aef86be0c25983ab279d83f3bcd3abbcb5b8b72"
+DETAILS = {
+    "parent_model": "",
+    "format": "gguf",
+    "family": "bench",
+    "families": ["bench"],
+    "parameter_size": "1B",
+    "quantization_level": "Q4_K_M",
+}
+MODEL = {
+    "name": "bench:latest",
+    "model": "bench:latest",
+    "size": 1_000_000_000,
+    "digest": DIGEST,
+    "details": DETAILS,
+}
+TAGS = {"models": [{**MODEL, "modified_at": "2026-01-01T00:00:00Z"}]}
+PS = {
+    "models": [
+        {
+            **MODEL,
+            "expires_at": "2099-01-01T00:00:00Z",
+            "size_vram": 1_000_000_000,
+            "context_length": 4096,
+        }
+    ]
+}
+SHOW = {"details": DETAILS, "model_info": {"general.architecture": "bench"}}
+
+
 async def root(request: web.Request) -> web.Response:
     return web.Response(text="Ollama is running")
+
+
+def state(data: object) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response(data)
+
+    return answer
 
 
 def main() -> None:
     app = web.Application()
     app.router.add_post("/api/generate", generate)
     app.router.add_get("/", root)
+    app.router.add_get("/api/version", state({"version": "0.12.6"}))
+    app.router.add_get("/api/tags", state(TAGS))
+    app.router.add_get("/api/ps", state(PS))
+    app.router.add_post("/api/show", state(SHOW))
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
 
 
