@@ -231,9 +231,10 @@ def start_nginx(up_port: int, tmp: Path) -> tuple[subprocess.Popen[bytes], Targe
     return proc, Target("nginx", f"http://127.0.0.1:{port}", [proc.pid])
 
 
-def start_tap(
+def tap_command(
     name: str, up_port: int, tmp: Path, extra_env: dict[str, str]
-) -> tuple[subprocess.Popen[bytes], Target]:
+) -> tuple[list[str], dict[str, str], int]:
+    """The command line and environment of an `ollama-tap serve`, and the port it will use."""
     port = free_port()
     env = {
         **os.environ,
@@ -242,21 +243,25 @@ def start_tap(
         "OLLAMA_TAP_LOG_LEVEL": "warning",
         **extra_env,
     }
+    command = [
+        sys.executable,
+        "-m",
+        "proxy",
+        "serve",
+        "--port",
+        str(port),
+        "--upstream",
+        f"http://127.0.0.1:{up_port}",
+    ]
+    return command, env, port
+
+
+def start_tap(
+    name: str, up_port: int, tmp: Path, extra_env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], Target]:
+    command, env, port = tap_command(name, up_port, tmp, extra_env)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "proxy",
-            "serve",
-            "--port",
-            str(port),
-            "--upstream",
-            f"http://127.0.0.1:{up_port}",
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     return proc, Target(name, f"http://127.0.0.1:{port}", [proc.pid])
 

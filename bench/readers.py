@@ -59,17 +59,16 @@ LINES_PER_FEED = (1, 10, 64)
 
 
 def exchange(endpoint: str, content_type: str) -> Exchange:
-    return Exchange(
+    ex = Exchange(
         method="POST",
         path=endpoint,
         query="",
         endpoint=endpoint,
         client="127.0.0.1",
         request_headers={},
-        status=200,
-        content_type=content_type,
-        streamed=True,
     )
+    ex.status, ex.content_type, ex.streamed = 200, content_type, True
+    return ex
 
 
 def pieces(token: bytes, final: bytes, tokens: int, per_feed: int) -> list[bytes]:

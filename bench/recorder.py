@@ -34,7 +34,7 @@ BODY = orjson.dumps(
 
 
 def _exchange() -> Exchange:
-    return Exchange(
+    ex = Exchange(
         method="POST",
         path="/api/chat",
         query="",
@@ -42,9 +42,9 @@ def _exchange() -> Exchange:
         client="127.0.0.1",
         request_headers={"Content-Type": "application/json", "User-Agent": "bench"},
         request=RequestFields(model="llama3.2", options={"num_ctx": 4096}, parsed=True),
-        request_body=BODY,
-        request_bytes=len(BODY),
     )
+    ex.request_body, ex.request_bytes = BODY, len(BODY)
+    return ex
 
 
 def _one(rec: Recorder, chunks: int) -> tuple[float, float]:

@@ -7,7 +7,7 @@ import itertools
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -58,7 +58,7 @@ class OutputChunk:
         return OutputChunk, (self.at, self.kind, self.text, self.nbytes)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Usage:
     """Token counts and Ollama's own timings from the final object or usage event.
 
@@ -67,15 +67,32 @@ class Usage:
     (older Ollama), because 0 and "unknown" mean different things for the prefill rate.
     """
 
-    total_duration: int = 0
-    load_duration: int = 0
-    prompt_eval_count: int = 0
-    prompt_eval_duration: int = 0
-    eval_count: int = 0
-    eval_duration: int = 0
-    prompt_eval_cached_count: int | None = None
-    has_timings: bool = False
+    total_duration: int
+    load_duration: int
+    prompt_eval_count: int
+    prompt_eval_duration: int
+    eval_count: int
+    eval_duration: int
+    prompt_eval_cached_count: int | None
+    has_timings: bool
     """True when the reply carried Ollama's native duration fields (native routes only)."""
+
+    def __init__(
+        self,
+        total_duration: int = 0,
+        load_duration: int = 0,
+        prompt_eval_count: int = 0,
+        prompt_eval_duration: int = 0,
+        eval_count: int = 0,
+        eval_duration: int = 0,
+        prompt_eval_cached_count: int | None = None,
+        has_timings: bool = False,
+    ) -> None:
+        # Written out: one is made per reply (see Exchange.__init__).
+        self.total_duration, self.load_duration = total_duration, load_duration
+        self.prompt_eval_count, self.prompt_eval_duration = prompt_eval_count, prompt_eval_duration
+        self.eval_count, self.eval_duration = eval_count, eval_duration
+        self.prompt_eval_cached_count, self.has_timings = prompt_eval_cached_count, has_timings
 
     # The derived figures of DESIGN ("Measurements"), defined once for every consumer.
 
@@ -113,21 +130,38 @@ class Usage:
         return tokens / (self.prompt_eval_duration / 1e9)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RequestFields:
     """What the proxy learned from the request body (parsed once, when the upload ended)."""
 
-    model: str | None = None
-    stream: bool | None = None
-    options: dict[str, Any] | None = None
-    think: Any = None
-    keep_alive: Any = None
-    format: Any = None
-    raw: bool | None = None
-    parsed: bool = False
+    model: str | None
+    stream: bool | None
+    options: dict[str, Any] | None
+    think: Any
+    keep_alive: Any
+    format: Any
+    raw: bool | None
+    parsed: bool
     """False when the body was absent, not JSON, not an object, or above the tee cap."""
-    truncated: bool = False
+    truncated: bool
     """True when the body was larger than the tee cap, so the fields are unknown."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        stream: bool | None = None,
+        options: dict[str, Any] | None = None,
+        think: Any = None,
+        keep_alive: Any = None,
+        format: Any = None,
+        raw: bool | None = None,
+        parsed: bool = False,
+        truncated: bool = False,
+    ) -> None:
+        # Written out: one is made per request (see Exchange.__init__).
+        self.model, self.stream, self.options = model, stream, options
+        self.think, self.keep_alive, self.format = think, keep_alive, format
+        self.raw, self.parsed, self.truncated = raw, parsed, truncated
 
 
 MS_NS = 1_000_000
@@ -142,7 +176,7 @@ def new_id() -> str:
     return f"{_id_prefix}-{next(_ids):08d}"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Exchange:
     """One client request and what became of it.
 
@@ -161,46 +195,87 @@ class Exchange:
     request_headers: dict[str, str]
     """The client's request headers as received (credentials included: observers that store
     anything must redact them)."""
-    id: str = field(default_factory=new_id)
-    started: float = field(default_factory=time.monotonic)
+    id: str
+    started: float
     """When the request head arrived; the zero of every client-side time."""
-    started_wall: float = field(default_factory=time.time)
-    request: RequestFields = field(default_factory=RequestFields)
-    request_body: bytes | None = None
+    started_wall: float
+    request: RequestFields
+    request_body: bytes | None
     """A bounded copy of the request body (JSON routes only), None when not teed."""
-    request_bytes: int = 0
+    request_bytes: int
     """Bytes of request body relayed upstream."""
 
-    status: int | None = None
-    response_headers: dict[str, str] = field(default_factory=dict)
-    content_type: str = ""
-    streamed: bool = False
+    status: int | None
+    response_headers: dict[str, str]
+    content_type: str
+    streamed: bool
     """True iff the reply's Content-Type is NDJSON or SSE (never judged by the request)."""
-    response_started: float | None = None
+    response_started: float | None
     """When the upstream's status line and headers arrived."""
-    response_bytes: int = 0
+    response_bytes: int
     """Bytes of response body written to the client."""
 
-    first_output: float | None = None
+    first_output: float | None
     """When the first output chunk (any kind) was written: time to first token."""
-    first_content: float | None = None
+    first_content: float | None
     """When the first non-thinking output chunk was written: time to first content."""
-    last_output: float | None = None
-    output_events: int = 0
-    first_created_at: str | None = None
+    last_output: float | None
+    output_events: int
+    first_created_at: str | None
     """Ollama's `created_at` of the first output chunk (server TTFT)."""
-    final_created_at: str | None = None
-    done_reason: str | None = None
-    usage: Usage | None = None
-    final: dict[str, Any] | None = None
+    final_created_at: str | None
+    done_reason: str | None
+    usage: Usage | None
+    final: dict[str, Any] | None
     """The final object (native) or the single JSON reply, when parsed."""
-    error_message: str | None = None
+    error_message: str | None
     """Ollama's error text (error body or error line), or the proxy's own."""
 
-    outcome: Outcome | None = None
-    ended: float | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None
+    ended: float | None
+    metadata: dict[str, Any]
     """Free space for observers, keyed by observer name."""
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        endpoint: str,
+        client: str,
+        request_headers: dict[str, str],
+        *,
+        id: str | None = None,
+        started: float | None = None,
+        started_wall: float | None = None,
+        request: RequestFields | None = None,
+    ) -> None:
+        # Written out, not generated: compiled (mypyc), a dataclass's generated __init__
+        # runs interpreted, a tenth of the work on a request's way to its first token.
+        self.method, self.path, self.query = method, path, query
+        self.endpoint, self.client, self.request_headers = endpoint, client, request_headers
+        self.id = new_id() if id is None else id
+        self.started = time.monotonic() if started is None else started
+        self.started_wall = time.time() if started_wall is None else started_wall
+        self.request = RequestFields() if request is None else request
+        self.request_body = None
+        self.request_bytes = 0
+        self.status = None
+        self.response_headers = {}
+        self.content_type = ""
+        self.streamed = False
+        self.response_started = None
+        self.response_bytes = 0
+        self.first_output = self.first_content = self.last_output = None
+        self.output_events = 0
+        self.first_created_at = self.final_created_at = None
+        self.done_reason = None
+        self.usage = None
+        self.final = None
+        self.error_message = None
+        self.outcome = None
+        self.ended = None
+        self.metadata = {}
 
     @property
     def model(self) -> str | None:

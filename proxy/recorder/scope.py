@@ -35,7 +35,7 @@ def scope_of(ex: Exchange, record_routes: bool) -> Scope | None:
     return Scope.METADATA
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Capture:
     """The recorder's state on one exchange (``ex.metadata["recorder"]``)."""
 
@@ -46,3 +46,10 @@ class Capture:
     """The model's digest when the request arrived."""
     timeline: Timeline | None
     """Built by the chunk hook for inference exchanges."""
+
+    def __init__(
+        self, scope: Scope, model: str | None, digest: str | None, timeline: Timeline | None
+    ) -> None:
+        # Written out: one is made per request, and compiled (mypyc) a dataclass's
+        # generated __init__ runs interpreted.
+        self.scope, self.model, self.digest, self.timeline = scope, model, digest, timeline

@@ -82,9 +82,9 @@ def exchange(
             options=parsed.get("options"),
             parsed=bool(parsed),
         ),
-        request_body=raw,
-        request_bytes=len(raw or b""),
     )
+    ex.request_body = raw
+    ex.request_bytes = len(raw or b"")
     if ex_id is not None:
         ex.id = ex_id
     ex.status = status
