@@ -4,6 +4,7 @@ mechanics it implements itself (pool, framing, back-pressure, timeouts, TLS upst
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import socket
 import ssl
@@ -816,3 +817,47 @@ def _serve_connection(conn: socket.socket, size: int) -> None:
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                 b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
             )
+
+
+async def test_an_exchange_is_freed_when_it_ends_not_by_the_garbage_collector(
+    proxy: Proxy,
+) -> None:
+    """No reference cycle outlives an exchange or a closed connection (the relay's callbacks
+    on its reply, the parsers' on their reply and connection). With one, every exchange
+    waits for the cyclic collector, whose passes then walk them all while every stream
+    waits."""
+    body = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
+    request = (
+        f"POST /api/generate HTTP/1.1\r\nHost: {proxy.host}:{proxy.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+    async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(request)
+        await reader.readuntil(b"\r\n0\r\n\r\n")
+
+    async def round_trips() -> None:
+        for _ in range(3):  # a connection each, as curl makes them
+            reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+            await exchange(reader, writer)
+            writer.close()
+            await writer.wait_closed()
+        reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+        for _ in range(3):  # and one kept alive
+            await exchange(reader, writer)
+        writer.close()
+        await writer.wait_closed()
+
+    ours = (FrontConnection, FrontRelay, Reply, Exchange, UpstreamConnection)
+    await round_trips()  # the pool's connections are made here, and stay
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        await round_trips()
+        await asyncio.sleep(0.2)  # the proxy sees the connections close
+        gc.collect()
+        left = sorted(type(o).__name__ for o in gc.garbage if isinstance(o, ours))
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert left == []

@@ -158,7 +158,9 @@ class FrontConnection(asyncio.Protocol):
         self.front = front
         self.transport: asyncio.Transport = cast(asyncio.Transport, None)
         self.remote = ""
-        self.parser = httptools.HttpRequestParser(self)
+        self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        """Dropped when the connection is lost: it holds this connection's methods, a cycle
+        that only the garbage collector would otherwise break."""
         # The bytes of the current request from its first one, kept until the front knows
         # it serves it: a hand-off gives aiohttp every one of them. `whole` is False when
         # the request began inside the read that ended the previous one (pipelining): its
@@ -205,10 +207,13 @@ class FrontConnection(asyncio.Protocol):
             self.raw.append(data)
         if self.pending is not None:
             return  # parsing has stopped; reading is paused, and these bytes are aiohttp's
+        parser = self.parser
+        if parser is None:
+            return  # the connection was lost
         self.ended_in_read = False
         self.head_was_open = self.in_head
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except (_HandOff, httptools.HttpParserError) as exc:
             self.fresh = None
             # httptools re-raises a callback's exception as it is, or wrapped in
@@ -233,6 +238,7 @@ class FrontConnection(asyncio.Protocol):
                 self.unparseable(_TooLarge("request head too large"))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.parser = None
         self.front.connections.discard(self)
         self._disarm_idle()
         if self._linger is not None:
@@ -286,6 +292,7 @@ class FrontConnection(asyncio.Protocol):
         arrived = time.monotonic()
         self.in_head = False
         parser = self.parser
+        assert parser is not None  # a callback of its own feed_data
         method = parser.get_method().decode("ascii", "surrogateescape")
         target = text(b"".join(self.url))
         request = FrontRequest(
@@ -419,6 +426,7 @@ class FrontConnection(asyncio.Protocol):
         """Give the connection, and every byte of the current request, to aiohttp."""
         self.front.connections.discard(self)
         self._disarm_idle()
+        self.parser = None
         transport, data = self.transport, b"".join(self.raw)
         self.raw = []
         handler = self.front.aiohttp_protocol()

@@ -67,6 +67,8 @@ class FastRelay(_Relay):
             reply = await self.send(data)
         except (ConnectionError, TimeoutError, OSError) as exc:
             self.stop_upstream()
+            if self.reply is not None:
+                self.reply.detach()
             if self.client_gone():
                 self.finish(Outcome.CLIENT_DISCONNECTED)
                 return web.Response(status=499)
@@ -75,6 +77,7 @@ class FastRelay(_Relay):
             return await self.relay_reply(reply)
         finally:
             self.stop_upstream()
+            reply.detach()
 
     async def send(self, data: bytes | AsyncIterator[bytes] | None) -> Reply:
         """Write the request on a pooled connection and wait for the reply's head.

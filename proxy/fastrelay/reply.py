@@ -29,7 +29,9 @@ class Reply:
         self.conn = conn
         self.head_only = head_only
         """A reply to HEAD: it ends with its head whatever its Content-Length says."""
-        self.parser = httptools.HttpResponseParser(self)
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        """Dropped by `detach` once the reply ended: it holds this reply's methods, a cycle
+        that only the garbage collector would otherwise break."""
         self.head: asyncio.Future[None] = conn.loop.create_future()
         self.status = 0
         self.arrived: float | None = None
@@ -54,8 +56,14 @@ class Reply:
 
     def feed(self, data: bytes) -> None:
         self.received = True
+        parser = self.parser
+        if parser is None:
+            # Bytes after a reply that ended and was detached: the connection's framing
+            # can no longer be trusted.
+            self.conn.abort()
+            return
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self.fail(UpstreamGone(f"Ollama sent an invalid HTTP reply: {exc}"))
         self._flush()
@@ -75,7 +83,8 @@ class Reply:
         )
 
     def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
+        parser = self._parser()
+        status = parser.get_status_code()
         if status < 200:
             # 100 Continue and friends: skipped, as aiohttp's client skips them.
             self.interim, self.headers, self.reason = True, [], ""
@@ -87,7 +96,7 @@ class Reply:
         if self.on_head is not None:
             self.on_head()
         if self.head_only:
-            self._end(None, self.parser.should_keep_alive())
+            self._end(None, parser.should_keep_alive())
 
     def on_body(self, body: bytes) -> None:
         if self.ended:
@@ -100,7 +109,7 @@ class Reply:
         if self.interim:
             self.interim = False
             return
-        self._end(None, self.parser.should_keep_alive())
+        self._end(None, self._parser().should_keep_alive())
 
     # -- the relay's side ---------------------------------------------------------------
 
@@ -110,6 +119,15 @@ class Reply:
         self._flush()
         if not self.ended:  # once ended, the connection may already serve another reply
             self.conn.resume_reading()
+
+    def detach(self) -> None:
+        """The relay is done with this reply: the references that make cycles with it (the
+        relay's callbacks; the parser's, once the reply ended) are dropped, so an exchange
+        is freed when it ends rather than by the next garbage collection (which then
+        stalls every stream for the time it takes to walk them all)."""
+        self.sink = self.on_head = None
+        if self.ended:
+            self.parser = None
 
     def abandon(self) -> None:
         """Stop reading: the connection is closed at once (how Ollama learns to stop)."""
@@ -158,6 +176,11 @@ class Reply:
             return
         pending, self.pending = self.pending, []
         self.sink.reply_body(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def _parser(self) -> httptools.HttpResponseParser:
+        # Only its callbacks call this, and they run inside `feed`, which has a parser.
+        assert self.parser is not None
+        return self.parser
 
     def _reads_until_close(self) -> bool:
         """No length and not chunked: the body runs until the upstream closes (RFC 9112 §6.3)."""
