@@ -14,7 +14,7 @@ UNBUILD := find proxy -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sou
 # Serial even under -j: every recipe installs into, or builds in, the same venv and tree.
 .NOTPARALLEL:
 
-.PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps build-deps \
+.PHONY: run test lint typecheck unit instructions unit-aiohttp-relay unit-interpreted system-deps build-deps \
 	bench env clean
 
 # Installed as plain Python first; $(VENV)/.compiled then builds the hot modules in place.
@@ -89,6 +89,10 @@ test: lint typecheck unit unit-aiohttp-relay unit-interpreted
 ## make bench: the overhead benchmark (direct vs nginx vs ollama-tap), prints ratios
 bench: $(VENV)/.test-deps $(VENV)/.compiled
 	$(PY) bench/overhead.py $(ARGS)
+
+## make instructions: instructions per request under valgrind's callgrind (bench/instructions.py)
+instructions: $(VENV)/.test-deps $(VENV)/.compiled
+	$(PY) bench/instructions.py $(ARGS)
 
 ## make env: the .env the compose stack reads (a fresh admin token)
 env:
