@@ -2,23 +2,29 @@
 work that does not move with the machine's load.
 
 overhead.py's timings move by about ±10 % (CPU) and ±0.5 ms (TTFT) from run to run on 2
-shared cores, which hides a change of a few percent. An instruction count is the same from
-run to run for the same build and workload (to a few tenths of a percent: hash seeds and
-timer wake-ups vary), so two builds or configurations can be compared exactly:
+shared cores, which hides a change of a few percent. An instruction count stays within about
+1 % from run to run for the same build and workload (hash seeds and timer wake-ups vary), so
+two builds or configurations can be compared closely:
 
     python bench/instructions.py                          # ollama-tap as configured
     python bench/instructions.py --floor --tap rec-off:OLLAMA_TAP_RECORD=off
     python bench/instructions.py --tokens 20 --requests 100
 
 Each target runs under callgrind (some 50× slower: a start-up takes most of a minute); the
-upstream (bench/upstream.py) and this client run natively. After warm-up requests the
-counters are zeroed, then N streams are requested one at a time, each on a fresh
-connection, and the counters are dumped. Reported per request: the event loop's thread, the
-other threads (the recorder's writer), and their sum. Only user space is counted: the
-kernel's share (about a quarter of a request's CPU time, much the same for every relay) is
-not, and neither are cache misses, so an instruction is not a fixed amount of time.
-Function-level detail: `callgrind_annotate --inclusive=yes FILE` on the files kept with
-`--keep DIR`.
+upstream (bench/upstream.py) and this client run natively. After warm-up requests, N
+requests are sent one at a time, each on a fresh connection, twice over:
+
+- to the first token: the counters are zeroed before each request and dumped SETTLE after
+  its first token arrived (the second comes FIRST_GAP later); reported is the median
+  request, so the few a cyclic garbage collection falls into do not skew it;
+- the whole exchange: counters zeroed before the N requests and dumped after them (and the
+  recorder's writing of them); reported is the mean, collections included.
+
+Each for the event loop's thread and for the other threads (the recorder's writer). Only
+user space is counted: the kernel's share (about a quarter of a request's CPU time, much
+the same for every relay) is not, and neither are cache misses, so an instruction is not a
+fixed amount of time. Function-level detail: `callgrind_annotate --inclusive=yes FILE` on
+the files kept with `--keep DIR` (`callgrind.T.P-NN`: target T, dump P, thread NN).
 
 valgrind comes from Debian (`apt-get install valgrind`); it is installed when absent and we
 are root.
@@ -107,8 +113,12 @@ def control(pid: int, option: str) -> None:
 
 
 def settle_and_dump(pid: int) -> None:
+    start = time.monotonic()
     time.sleep(SETTLE)
     control(pid, "--dump")
+    if time.monotonic() - start > FIRST_GAP / 2:
+        # The second token may have been relayed before the dump: its work would count.
+        raise RuntimeError("callgrind_control answered too slowly to count the first token")
 
 
 def counted(out: Path, part: int) -> tuple[int, int]:
@@ -205,6 +215,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-instr-"))
     files = args.keep or tmp
     files.mkdir(parents=True, exist_ok=True)
+    for stale in files.glob("callgrind.*"):  # an earlier run's dumps would be counted
+        stale.unlink()
     up_port = free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)])
     rows: list[tuple[str, tuple[int, int], tuple[int, int]]] = []
@@ -238,8 +250,7 @@ def main() -> int:
     finally:
         upstream.send_signal(signal.SIGTERM)
         upstream.wait(10)
-        if args.keep is None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     n = args.requests
     print(f"\ninstructions per request ({n} requests one at a time, each on a fresh connection)")
     title = f"whole exchange, {args.tokens} token(s): mean"

@@ -819,45 +819,134 @@ def _serve_connection(conn: socket.socket, size: int) -> None:
             )
 
 
-async def test_an_exchange_is_freed_when_it_ends_not_by_the_garbage_collector(
-    proxy: Proxy,
-) -> None:
-    """No reference cycle outlives an exchange or a closed connection (the relay's callbacks
-    on its reply, the parsers' on their reply and connection). With one, every exchange
-    waits for the cyclic collector, whose passes then walk them all while every stream
-    waits."""
-    body = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
-    request = (
-        f"POST /api/generate HTTP/1.1\r\nHost: {proxy.host}:{proxy.port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+_OURS = (FrontConnection, FrontRelay, Reply, Exchange, UpstreamConnection)
+_GENERATE = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
 
-    async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(request)
-        await reader.readuntil(b"\r\n0\r\n\r\n")
 
-    async def round_trips() -> None:
-        for _ in range(3):  # a connection each, as curl makes them
-            reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
-            await exchange(reader, writer)
+def _answer(delay: float, reply: bytes) -> RawHandler:
+    """An upstream answering `reply` to requests marked X-Test after `delay` (the poller's
+    reads get a 404)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while head := await read_head(reader):
+            if b"X-Test" not in head:
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                continue
+            await asyncio.sleep(delay)
+            writer.write(reply)
+
+    return serve
+
+
+async def _answered_then_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers the first marked request of a connection, then closes on the next one: the
+    proxy's reused connection dies before answering, and a GET is retried."""
+    answered = False
+    while head := await read_head(reader):
+        if b"X-Test" not in head:
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        elif answered:
             writer.close()
-            await writer.wait_closed()
-        reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
-        for _ in range(3):  # and one kept alive
-            await exchange(reader, writer)
-        writer.close()
-        await writer.wait_closed()
+            return
+        else:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            answered = True
 
-    ours = (FrontConnection, FrontRelay, Reply, Exchange, UpstreamConnection)
-    await round_trips()  # the pool's connections are made here, and stay
+
+_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+_GET = b"GET /x HTTP/1.1\r\nHost: localhost\r\nX-Test: 1\r\n\r\n"
+_Requests = list[tuple[bytes, bytes | None]]
+"""Each request's bytes and what ends its reply (None: the client leaves after 0.2 s)."""
+# name: (upstream (None: the fake Ollama), settings, requests, one connection for them all)
+_PATHS: dict[str, tuple[RawHandler | None, dict[str, Any], _Requests, bool]] = {
+    "streamed, a connection each": (
+        None,
+        {},
+        [(b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+          b"\r\nContent-Length: %d\r\n\r\n%b" % (len(_GENERATE), _GENERATE), b"\r\n0\r\n\r\n")] * 3,
+        False,
+    ),
+    "streamed, kept alive": (
+        None,
+        {},
+        [(b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
+          b"\r\nContent-Length: %d\r\n\r\n%b" % (len(_GENERATE), _GENERATE), b"\r\n0\r\n\r\n")] * 3,
+        True,
+    ),
+    "the client leaves before the reply": (_answer(1.0, _OK), {}, [(_GET, None)] * 3, False),
+    "Ollama closes after its reply": (
+        _answer(0, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"),
+        {},
+        [(_GET, b"ok")] * 3,
+        False,
+    ),
+    "a reused connection dies and the request is retried": (
+        _answered_then_closed, {}, [(_GET, b"ok")] * 3, True
+    ),
+    "a read timeout before the reply": (
+        _answer(5.0, _OK), {"read_timeout": 0.2}, [(_GET, b"\r\n\r\n")] * 3, False
+    ),
+    "handed to aiohttp (HTTP/1.0)": (
+        _answer(0, _OK), {}, [(_GET.replace(b"HTTP/1.1", b"HTTP/1.0"), b"ok")] * 3, False
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", list(_PATHS))
+async def test_an_exchange_is_freed_when_it_ends_not_by_the_garbage_collector(
+    path: str,
+    proxy_factory: MakeProxy,
+    raw_upstream: Callable[[RawHandler], Awaitable[str]],
+) -> None:
+    """No reference cycle outlives an exchange or a closed connection (the relay and its
+    reply, the parsers and their reply or connection, an error's traceback and the relay
+    in its frames), however the exchange ends. With one, every exchange waits for the
+    cyclic collector, whose passes walk them all while every stream waits."""
+    upstream, settings, requests, kept_alive = _PATHS[path]
+    if upstream is not None:
+        settings = {**settings, "upstream": await raw_upstream(upstream)}
+    proxy = await proxy_factory(relay="fast", **settings)
+    front = proxy.app[FRONT]
+    assert front is not None
+
+    async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       request: bytes, end: bytes | None) -> None:  # fmt: skip
+        writer.write(request)
+        if end is None:
+            await asyncio.sleep(0.2)
+        else:
+            await reader.readuntil(end)
+
+    async def exchanges() -> None:
+        connection = None
+        for request, end in requests:
+            if connection is None:
+                connection = await asyncio.open_connection(proxy.host, proxy.port)
+            await exchange(*connection, request, end)
+            if not kept_alive:
+                connection[1].close()
+                await connection[1].wait_closed()
+                connection = None
+        if connection is not None:
+            connection[1].close()
+            await connection[1].wait_closed()
+        for _ in range(100):  # until the proxy saw every connection close
+            if not front.connections:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # and cancelled or ended what ran on them
+
+    await exchanges()  # the pool's connections are made here (and the retry's first one)
     gc.collect()
+    made = len([o for o in gc.get_objects() if isinstance(o, Exchange)])
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
-        await round_trips()
-        await asyncio.sleep(0.2)  # the proxy sees the connections close
+        await exchanges()
         gc.collect()
-        left = sorted(type(o).__name__ for o in gc.garbage if isinstance(o, ours))
+        left = sorted(type(o).__name__ for o in gc.garbage if isinstance(o, _OURS))
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
     assert left == []
+    # ... and not because they are still alive somewhere.
+    assert len([o for o in gc.get_objects() if isinstance(o, Exchange)]) <= made

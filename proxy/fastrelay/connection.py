@@ -54,8 +54,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.pool.forget(self)
         self._stop_timer()
         self._wake_writer(UpstreamGone("Ollama closed the connection"))
-        if self.reply is not None:
-            self.reply.lost(exc)
+        reply, self.reply = self.reply, None
+        if reply is not None:
+            reply.lost(exc)
 
     def pause_writing(self) -> None:
         self._writing_paused = True

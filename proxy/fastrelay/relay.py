@@ -62,22 +62,21 @@ class FastRelay(_Relay):
     # -- the exchange -------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
-        data = await self.upload()
         try:
-            reply = await self.send(data)
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            self.stop_upstream()
-            if self.reply is not None:
-                self.reply.detach()
-            if self.client_gone():
-                self.finish(Outcome.CLIENT_DISCONNECTED)
-                return web.Response(status=499)
-            return await self.unreachable(exc, isinstance(exc, UpstreamGone))
-        try:
+            data = await self.upload()
+            try:
+                reply = await self.send(data)
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                self.stop_upstream()
+                if self.client_gone():
+                    self.finish(Outcome.CLIENT_DISCONNECTED)
+                    return web.Response(status=499)
+                return await self.unreachable(exc, isinstance(exc, UpstreamGone))
             return await self.relay_reply(reply)
         finally:
             self.stop_upstream()
-            reply.detach()
+            if self.reply is not None:
+                self.reply.detach()
 
     async def send(self, data: bytes | AsyncIterator[bytes] | None) -> Reply:
         """Write the request on a pooled connection and wait for the reply's head.
@@ -120,6 +119,7 @@ class FastRelay(_Relay):
             except UpstreamGone:
                 if not (retry and reply.conn.uses > 1 and not reply.received):
                     raise
+                reply.detach()
                 retry, reply = False, None
                 continue
             return reply

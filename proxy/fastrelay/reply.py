@@ -128,6 +128,8 @@ class Reply:
         self.sink = self.on_head = None
         if self.ended:
             self.parser = None
+        if self.error is not None:
+            self.error.__traceback__ = None  # its frames hold the relay, which holds this
 
     def abandon(self) -> None:
         """Stop reading: the connection is closed at once (how Ollama learns to stop)."""
