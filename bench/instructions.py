@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from overhead import ROOT, free_port, tap_command, variants
+from overhead import ROOT, debian_tool, free_port, tap_command, variants
 
 WARMUP: Final = 20
 QUIET: Final = {"OLLAMA_TAP_POLL_INTERVAL": "3600"}
@@ -57,18 +57,6 @@ FIRST_GAP: Final = 1.0
 SETTLE: Final = 0.05
 STARTUP_S: Final = 180.0
 """How long a target under callgrind may take to answer its first request."""
-
-
-def valgrind() -> str | None:
-    found = shutil.which("valgrind")
-    if found is None and os.geteuid() == 0:
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "valgrind"],
-            check=False,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-        )
-        found = shutil.which("valgrind")
-    return found
 
 
 def stream(
@@ -208,7 +196,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    grind = valgrind()
+    grind = debian_tool("/usr/bin/valgrind", "valgrind")
     if grind is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2

@@ -212,16 +212,26 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def debian_tool(path: str, *packages: str) -> str | None:
+    """The program at `path` (or found on PATH by its name), installed from the first of
+    Debian's `packages` that installs when it is absent and we are root; None without it."""
+    found = shutil.which(Path(path).name) or (path if Path(path).exists() else None)
+    if found is None and os.geteuid() == 0:
+        for package in packages:
+            subprocess.run(
+                ["apt-get", "install", "-y", "-qq", package],
+                check=False,
+                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            )
+            found = shutil.which(Path(path).name) or (path if Path(path).exists() else None)
+            if found is not None:
+                break
+    return found
+
+
 def start_nginx(up_port: int, tmp: Path) -> tuple[subprocess.Popen[bytes], Target] | None:
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not Path(nginx).exists() and os.geteuid() == 0:
-        subprocess.run(
-            "apt-get install -y -qq nginx-light || apt-get install -y -qq nginx",
-            shell=True,
-            check=False,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-        )
-    if not Path(nginx).exists():
+    nginx = debian_tool("/usr/sbin/nginx", "nginx-light", "nginx")
+    if nginx is None:
         print("nginx not available; its column is skipped", file=sys.stderr)
         return None
     port = free_port()

@@ -162,6 +162,29 @@ async def read_head(reader: asyncio.StreamReader) -> bytes:
     return await reader.readuntil(b"\r\n\r\n")
 
 
+def _answered_then_dropped(connections: set[int] | None = None) -> RawHandler:
+    """An upstream that answers the first marked (X-Test) request of each connection and
+    drops the connection at the next one, the race a keep-alive timeout causes: the proxy's
+    reused connection dies before answering. The poller's reads get a 404; `connections`
+    collects the client ports of the marked requests."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered = False
+        while head := await read_head(reader):
+            if b"X-Test" not in head:  # the proxy's poller
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                continue
+            if connections is not None:
+                connections.add(writer.get_extra_info("peername")[1])
+            if answered:
+                writer.close()
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            answered = True
+
+    return serve
+
+
 async def test_connections_are_reused_one_request_at_a_time(
     proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
 ) -> None:
@@ -250,21 +273,7 @@ async def test_a_pooled_connection_dead_before_answering_is_retried_if_idempoten
     raw_upstream: Callable[[RawHandler], Awaitable[str]],
 ) -> None:
     connections: set[int] = set()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        answered = False
-        while head := await read_head(reader):
-            if b"X-Test" not in head:  # the proxy's poller
-                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-                continue
-            connections.add(writer.get_extra_info("peername")[1])
-            if answered:
-                # The race a keep-alive timeout causes: the request is read, then dropped.
-                writer.close()
-                return
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            answered = True
-
+    serve = _answered_then_dropped(connections)
     proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(serve))
     async with aiohttp.ClientSession(headers=_MARK) as s:
         async with s.request(method, proxy.url + "/x") as resp:
@@ -838,41 +847,19 @@ def _answer(delay: float, reply: bytes) -> RawHandler:
     return serve
 
 
-async def _answered_then_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Answers the first marked request of a connection, then closes on the next one: the
-    proxy's reused connection dies before answering, and a GET is retried."""
-    answered = False
-    while head := await read_head(reader):
-        if b"X-Test" not in head:
-            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
-        elif answered:
-            writer.close()
-            return
-        else:
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            answered = True
-
-
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 _GET = b"GET /x HTTP/1.1\r\nHost: localhost\r\nX-Test: 1\r\n\r\n"
 _Requests = list[tuple[bytes, bytes | None]]
 """Each request's bytes and what ends its reply (None: the client leaves after 0.2 s)."""
 # name: (upstream (None: the fake Ollama), settings, requests, one connection for them all)
+_STREAMED = (
+    b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n%b" % (len(_GENERATE), _GENERATE),
+    b"\r\n0\r\n\r\n",
+)
 _PATHS: dict[str, tuple[RawHandler | None, dict[str, Any], _Requests, bool]] = {
-    "streamed, a connection each": (
-        None,
-        {},
-        [(b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
-          b"\r\nContent-Length: %d\r\n\r\n%b" % (len(_GENERATE), _GENERATE), b"\r\n0\r\n\r\n")] * 3,
-        False,
-    ),
-    "streamed, kept alive": (
-        None,
-        {},
-        [(b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json"
-          b"\r\nContent-Length: %d\r\n\r\n%b" % (len(_GENERATE), _GENERATE), b"\r\n0\r\n\r\n")] * 3,
-        True,
-    ),
+    "streamed, a connection each": (None, {}, [_STREAMED] * 3, False),
+    "streamed, kept alive": (None, {}, [_STREAMED] * 3, True),
     "the client leaves before the reply": (_answer(1.0, _OK), {}, [(_GET, None)] * 3, False),
     "Ollama closes after its reply": (
         _answer(0, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"),
@@ -881,7 +868,7 @@ _PATHS: dict[str, tuple[RawHandler | None, dict[str, Any], _Requests, bool]] = {
         False,
     ),
     "a reused connection dies and the request is retried": (
-        _answered_then_closed, {}, [(_GET, b"ok")] * 3, True
+        _answered_then_dropped(), {}, [(_GET, b"ok")] * 3, True
     ),
     "a read timeout before the reply": (
         _answer(5.0, _OK), {"read_timeout": 0.2}, [(_GET, b"\r\n\r\n")] * 3, False
@@ -890,6 +877,38 @@ _PATHS: dict[str, tuple[RawHandler | None, dict[str, Any], _Requests, bool]] = {
         _answer(0, _OK), {}, [(_GET.replace(b"HTTP/1.1", b"HTTP/1.0"), b"ok")] * 3, False
     ),
 }  # fmt: skip
+
+
+async def _left_to_the_collector(
+    proxy: Proxy, exchanges: Callable[[], Awaitable[None]]
+) -> list[str]:
+    """Our objects the cyclic collector finds after `exchanges` ran a second time (the first
+    makes the pool's connections, which stay) and the proxy saw their connections close;
+    asserts too that the Exchanges were freed, not kept alive somewhere."""
+    front = proxy.app[FRONT]
+    assert front is not None
+
+    async def run() -> None:
+        await exchanges()
+        for _ in range(100):  # until the proxy saw every connection close
+            if not front.connections:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)  # and cancelled or ended what ran on them
+
+    await run()
+    gc.collect()
+    made = len([o for o in gc.get_objects() if isinstance(o, Exchange)])
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        await run()
+        gc.collect()
+        left = sorted(type(o).__name__ for o in gc.garbage if isinstance(o, _OURS))
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert len([o for o in gc.get_objects() if isinstance(o, Exchange)]) <= made
+    return left
 
 
 @pytest.mark.parametrize("path", list(_PATHS))
@@ -906,47 +925,46 @@ async def test_an_exchange_is_freed_when_it_ends_not_by_the_garbage_collector(
     if upstream is not None:
         settings = {**settings, "upstream": await raw_upstream(upstream)}
     proxy = await proxy_factory(relay="fast", **settings)
-    front = proxy.app[FRONT]
-    assert front is not None
-
-    async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       request: bytes, end: bytes | None) -> None:  # fmt: skip
-        writer.write(request)
-        if end is None:
-            await asyncio.sleep(0.2)
-        else:
-            await reader.readuntil(end)
 
     async def exchanges() -> None:
         connection = None
         for request, end in requests:
             if connection is None:
                 connection = await asyncio.open_connection(proxy.host, proxy.port)
-            await exchange(*connection, request, end)
+            reader, writer = connection
+            writer.write(request)
+            if end is None:
+                await asyncio.sleep(0.2)
+            else:
+                await reader.readuntil(end)
             if not kept_alive:
-                connection[1].close()
-                await connection[1].wait_closed()
+                writer.close()
+                await writer.wait_closed()
                 connection = None
         if connection is not None:
             connection[1].close()
             await connection[1].wait_closed()
-        for _ in range(100):  # until the proxy saw every connection close
-            if not front.connections:
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.1)  # and cancelled or ended what ran on them
 
-    await exchanges()  # the pool's connections are made here (and the retry's first one)
-    gc.collect()
-    made = len([o for o in gc.get_objects() if isinstance(o, Exchange)])
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        await exchanges()
-        gc.collect()
-        left = sorted(type(o).__name__ for o in gc.garbage if isinstance(o, _OURS))
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-    assert left == []
-    # ... and not because they are still alive somewhere.
-    assert len([o for o in gc.get_objects() if isinstance(o, Exchange)]) <= made
+    assert await _left_to_the_collector(proxy, exchanges) == []
+
+
+@pytest.mark.interpreted
+async def test_an_exchange_ended_by_a_bug_of_ours_is_freed_too(
+    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bug a relay keeps until its task raises it holds a traceback into the relay."""
+    from proxy.fastrelay import frontrelay
+
+    def broken(*args: Any) -> tuple[bytes, bool]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(frontrelay, "response_head", broken)
+    proxy = await proxy_factory(relay="fast")
+
+    async def exchanges() -> None:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(3):
+                async with s.post(proxy.url + "/api/generate", json={"model": "llama3.2"}) as r:
+                    assert r.status == 500
+
+    assert await _left_to_the_collector(proxy, exchanges) == []

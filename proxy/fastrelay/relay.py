@@ -77,6 +77,7 @@ class FastRelay(_Relay):
             self.stop_upstream()
             if self.reply is not None:
                 self.reply.detach()
+            self.bug = None  # raised by now: its traceback's frames hold this relay
 
     async def send(self, data: bytes | AsyncIterator[bytes] | None) -> Reply:
         """Write the request on a pooled connection and wait for the reply's head.

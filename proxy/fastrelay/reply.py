@@ -142,6 +142,7 @@ class Reply:
         self.abandon()
         if not self.head.cancelled():
             self.head.exception()
+        self.detach()
 
     def fail(self, error: BaseException) -> None:
         self._end(error, False)
