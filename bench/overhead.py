@@ -13,6 +13,15 @@ reports client-seen time to first token (TTFT) and the relay's CPU time per rela
                              --tap recorder-off:OLLAMA_TAP_RECORD=off   # variants side by side
     python bench/overhead.py --floor --only light   # and a minimal Python relay (floor.py)
     python bench/overhead.py --floor --floor-busy 150 --floor-busy 150:after --only light
+    python bench/overhead.py --pin --only light     # relays on a core of their own
+
+By default the three processes share every core, so under a burst a relay's CPU is taken
+from the load generator and the upstream too: all eight requests of a burst wait for the
+work of all eight, and the added TTFT p50 grows by about eight times each request's extra
+CPU. With `--pin` the relay under test gets the last core to itself and the load generator
+and upstream keep the others, as when Ollama (Go, its model on the GPU) and its clients do
+not compete with the proxy for the same core: the added TTFT is then the relay's own
+latency, which is what a user of a GPU box waits for.
 
 nginx comes from Debian (`apt-get install nginx`); it is installed when absent and we are
 root, otherwise its column is skipped.
@@ -31,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -229,7 +239,26 @@ def debian_tool(path: str, *packages: str) -> str | None:
     return found
 
 
-def start_nginx(up_port: int, tmp: Path) -> tuple[subprocess.Popen[bytes], Target] | None:
+Pin = Callable[[], None] | None
+"""Run in each relay's process before it starts (`--pin`): its core."""
+
+
+def split_cores(pin: bool) -> Pin:
+    """With `pin`, this process (and the upstream it starts) keeps every core but the last,
+    and the returned function gives a relay's process the last one; else nothing changes."""
+    if not pin:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--pin needs at least two cores")
+    relay_core = cores[-1]
+    os.sched_setaffinity(0, set(cores[:-1]))
+    return lambda: os.sched_setaffinity(0, {relay_core})
+
+
+def start_nginx(
+    up_port: int, tmp: Path, pin: Pin = None
+) -> tuple[subprocess.Popen[bytes], Target] | None:
     nginx = debian_tool("/usr/sbin/nginx", "nginx-light", "nginx")
     if nginx is None:
         print("nginx not available; its column is skipped", file=sys.stderr)
@@ -237,7 +266,9 @@ def start_nginx(up_port: int, tmp: Path) -> tuple[subprocess.Popen[bytes], Targe
     port = free_port()
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(dir=tmp, up=up_port, port=port))
-    proc = subprocess.Popen([nginx, "-c", str(conf), "-p", str(tmp)], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [nginx, "-c", str(conf), "-p", str(tmp)], stderr=subprocess.DEVNULL, preexec_fn=pin
+    )
     return proc, Target("nginx", f"http://127.0.0.1:{port}", [proc.pid])
 
 
@@ -267,11 +298,16 @@ def tap_command(
 
 
 def start_tap(
-    name: str, up_port: int, tmp: Path, extra_env: dict[str, str]
+    name: str, up_port: int, tmp: Path, extra_env: dict[str, str], pin: Pin = None
 ) -> tuple[subprocess.Popen[bytes], Target]:
     command, env, port = tap_command(name, up_port, tmp, extra_env)
     proc = subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=pin,
     )
     return proc, Target(name, f"http://127.0.0.1:{port}", [proc.pid])
 
@@ -306,6 +342,12 @@ def parse_args() -> argparse.Namespace:
         "its send (or after its first token, with :after); repeatable",
     )
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="give the relays the last core to themselves; the load generator and the "
+        "upstream keep the others (see above)",
+    )
+    parser.add_argument(
         "--only", metavar="WORD", help="run only the workloads whose name contains WORD"
     )
     return parser.parse_args()
@@ -335,24 +377,26 @@ def main() -> int:
     args = parse_args()
     taps = variants(args.tap)
     tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-bench-"))
+    pin = split_cores(args.pin)
     up_port = free_port()
     upstream = [sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)]
     procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(upstream)]
     targets = [Target("direct", f"http://127.0.0.1:{up_port}")]
     try:
-        if not args.no_nginx and (started := start_nginx(up_port, tmp)):
+        if not args.no_nginx and (started := start_nginx(up_port, tmp, pin)):
             procs.append(started[0])
             targets.append(started[1])
         floors = ([""] if args.floor else []) + args.floor_busy
         for busy in floors:
             port = free_port()
             script = str(ROOT / "bench" / "floor.py")
-            procs.append(subprocess.Popen([sys.executable, script, str(port), str(up_port), busy]))
+            command = [sys.executable, script, str(port), str(up_port), busy]
+            procs.append(subprocess.Popen(command, preexec_fn=pin))
             name = f"floor +{busy}" if busy else "python floor"
             targets.append(Target(name, f"http://127.0.0.1:{port}", [procs[-1].pid]))
         spawned = time.perf_counter()
         for name, env in taps.items():
-            proc, target = start_tap(name, up_port, tmp, env)
+            proc, target = start_tap(name, up_port, tmp, env, pin)
             procs.append(proc)
             targets.append(target)
         tap = next(t for t in targets if t.name == "ollama-tap")
@@ -362,6 +406,7 @@ def main() -> int:
         report["tap_rss_mb"] = rss_mb(tap.pids)
         report["targets"] = check_targets(report)
         report["variants"] = taps
+        report["pinned"] = args.pin
         print_report(report)
         if args.json:
             args.json.write_text(json.dumps(report, indent=2))
@@ -408,6 +453,10 @@ async def measure(targets: list[Target], rounds: int, only: str | None) -> dict[
 
 def print_report(report: dict[str, Any]) -> None:
     head = ("target", "TTFT p50", "p99", "+p50", "+p99", "CPU µs/chunk", "× nginx")
+    if report["pinned"]:
+        print("relays on a core of their own; load generator and upstream on the others")
+    else:
+        print("relays, load generator and upstream sharing every core")
     for row in report["workloads"]:
         print(f"\n{row['workload']}")
         print("  {:<16} {:>9} {:>8} {:>7} {:>7} {:>13} {:>8}".format(*head))

@@ -1,10 +1,13 @@
 """The write path: a bounded queue drained by one thread that commits in batches.
 
-The event loop side is a single ``deque.append`` (no lock, no I/O); a full queue drops
-the record and counts it, so client traffic is never slowed. The thread wakes every
-FLUSH_EVERY seconds, writes everything queued in transactions of up to BATCH rows
-(measuring the file at most every MEASURE_EVERY seconds), prunes every PRUNE_EVERY
-seconds, and on stop drains the queue before closing. Retention runs here rather than in
+The event loop side is a ``deque.append`` (no I/O; a lock only to wake the thread, when the
+queue was empty); a full queue drops the record and counts it, so client traffic is never
+slowed. The thread sleeps until there is work: a record queued (it then waits FLUSH_EVERY
+seconds for more and writes everything queued in transactions of up to BATCH rows), the
+file's measurement falling due (at most every MEASURE_EVERY seconds after writes), a prune
+(every PRUNE_EVERY seconds), or stop, when it drains the queue before closing. An idle
+proxy's writer never runs: it used to wake every FLUSH_EVERY seconds to find nothing, each
+time taking the GIL from the event loop. Retention runs here rather than in
 a second connection so the file has exactly one writer and no transaction ever waits on
 another.
 """
@@ -75,6 +78,8 @@ class Writer:
         self._added = 0
         self._taken = 0
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        """Set when the queue gets its first record, and on stop."""
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._next_measure = 0.0
@@ -95,7 +100,11 @@ class Writer:
             self.metrics.dropped.inc()
             return
         self._added += weight
+        idle = not self._queue
         self._queue.append((ex, cap, weight))
+        if idle:
+            # Only the first record of a batch wakes the thread: the rest find it awake.
+            self._wake.set()
 
     @property
     def queued_bytes(self) -> int:
@@ -120,6 +129,7 @@ class Writer:
     def stop(self, timeout: float) -> None:
         """Drain the queue and close (blocking, bounded by `timeout`)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -130,7 +140,12 @@ class Writer:
     def _run(self) -> None:
         next_prune = time.monotonic() + PRUNE_EVERY
         while True:
-            stopping = self._stop.wait(FLUSH_EVERY)
+            self._wake.wait(self._until_due(next_prune))
+            # Cleared before the queue is read: a record queued from here on wakes it again.
+            self._wake.clear()
+            stopping = self._stop.is_set()
+            if self._queue and not stopping:
+                stopping = self._stop.wait(FLUSH_EVERY)  # a batch gathers meanwhile
             try:
                 next_prune = self._round(next_prune)
             except Exception:
@@ -142,6 +157,16 @@ class Writer:
                 break
         assert self._conn is not None
         self._conn.close()
+
+    def _until_due(self, next_prune: float) -> float:
+        """Seconds until the next prune, or the measurement a throttled write left due; none
+        while records wait (a failed round can leave some, and no new one would wake it)."""
+        if self._queue:
+            return 0.0
+        due = next_prune
+        if self._unmeasured:
+            due = min(due, self._next_measure)
+        return max(0.0, due - time.monotonic())
 
     def _round(self, next_prune: float) -> float:
         """Write everything queued, then prune or measure; returns the next prune time."""

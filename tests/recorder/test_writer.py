@@ -185,3 +185,33 @@ async def test_a_database_deleted_while_serving_is_made_again(tmp_path: Path) ->
 def _delete(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+async def test_an_idle_writer_sleeps_until_a_record_comes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It used to wake every 50 ms to find nothing, taking the GIL from the event loop each
+    # time; now a record wakes it, and only the first of a batch needs to.
+    from proxy.recorder.writer import FLUSH_EVERY, Writer
+
+    rounds: list[int] = []
+    real_round = Writer._round
+
+    def counted(self: Writer, next_prune: float) -> float:
+        rounds.append(len(self._queue))
+        return real_round(self, next_prune)
+
+    monkeypatch.setattr(Writer, "_round", counted)
+    rec = Recorder(make_settings(tmp_path), CollectorRegistry())
+    await rec.start()
+    await asyncio.sleep(6 * FLUSH_EVERY)
+    assert rounds == []  # polling would have made about six rounds by now
+    for i in range(3):
+        drive(rec, exchange(body=chat_body(), ex_id=f"r{i}"))
+    for _ in range(100):
+        if await count(rec) == 3:
+            break
+        await asyncio.sleep(0.02)
+    assert await count(rec) == 3
+    assert rounds[0] == 3  # one wake, one batch
+    await rec.stop()
