@@ -76,12 +76,12 @@ unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps
 ## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one
 unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled
 	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.test_aiohttp_relay_mode \
-	  --ignore=tests/deploy --ignore=tests/inspector
+	  --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench
 
 ## the same proxy tests against the .py sources (an OLLAMA_TAP_PURE_PYTHON=1 install), and
 ## the tests that patch module internals, which compiled modules do not see
 unit-interpreted: $(VENV)/.test-deps
-	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q --ignore=tests/deploy --ignore=tests/inspector
+	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench
 
 ## make test: install everything the tests need, then lint, type-check and run the suite
 test: lint typecheck unit unit-aiohttp-relay unit-interpreted

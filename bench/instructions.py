@@ -14,9 +14,10 @@ Each target runs under callgrind (some 50× slower: a start-up takes most of a m
 upstream (bench/upstream.py) and this client run natively. After warm-up requests, N
 requests are sent one at a time, each on a fresh connection, twice over:
 
-- to the first token: the counters are zeroed before each request and dumped SETTLE after
-  its first token arrived (the second comes FIRST_GAP later); reported is the median
-  request, so the few a cyclic garbage collection falls into do not skew it;
+- to the first token: the counters are zeroed before each request (QUIET_AFTER after the
+  last one, once the recorder has written it) and dumped SETTLE after its first token
+  arrived (the second comes FIRST_GAP later); reported is the median request, so the few a
+  cyclic garbage collection falls into do not skew it;
 - the whole exchange: counters zeroed before the N requests and dumped after them (and the
   recorder's writing of them); reported is the mean, collections included.
 
@@ -55,6 +56,9 @@ QUIET: Final = {"OLLAMA_TAP_POLL_INTERVAL": "3600"}
 the one at start-up, none falls among the counted requests."""
 FIRST_GAP: Final = 1.0
 SETTLE: Final = 0.05
+QUIET_AFTER: Final = 0.3
+"""Seconds between two first-token requests: the recorder writes a record some 50 ms after
+its exchange ended (FLUSH_EVERY), which would otherwise count as the next request's."""
 STARTUP_S: Final = 180.0
 """How long a target under callgrind may take to answer its first request."""
 
@@ -154,6 +158,7 @@ def measure(
         # Up to the first token: the second comes FIRST_GAP later, and the count stops
         # SETTLE after the first arrived (the proxy's work right after its write counts).
         for _ in range(n):
+            time.sleep(QUIET_AFTER)
             control(proc.pid, "--zero")
             stream(port, 2, FIRST_GAP, lambda: settle_and_dump(proc.pid))
         time.sleep(1.0)

@@ -36,6 +36,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -180,26 +181,61 @@ async def wait_up(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+@dataclass
+class Trace:
+    """`--trace`: where each target's TTFT goes. The upstream logs when each request reached
+    its handler and when it wrote the first token (bench/upstream.py, BENCH_TRACE); with the
+    client's own send and first-line times (the same monotonic clock in every process), each
+    request splits into the way in (client to upstream handler), the upstream's own time,
+    and the way out (the upstream's first write to the client's first line)."""
+
+    log: Path
+    sent: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Request id: the client's send and first-line times."""
+
+    def split(self, prefix: str) -> dict[str, float]:
+        """Median ms of each part, over the requests whose id starts with `prefix`."""
+        upstream: dict[str, tuple[float, float]] = {}
+        for line in self.log.read_text().splitlines():
+            rid, *stamps = line.split()
+            upstream[rid] = (float(stamps[0]), float(stamps[1]))
+        parts: list[tuple[float, float, float]] = []
+        for rid, (sent, first) in self.sent.items():
+            if rid.startswith(prefix) and rid in upstream:
+                reached, wrote = upstream[rid]
+                parts.append((reached - sent, wrote - reached, first - wrote))
+        return {
+            f"{name}_ms": statistics.median(p[k] for p in parts) * 1000
+            for k, name in enumerate(("in", "upstream", "out"))
+        }
+
+
+TRACE: Trace | None = None
+
+
 async def one_stream(
-    session: aiohttp.ClientSession, url: str, w: Workload, i: int = 0
+    session: aiohttp.ClientSession, url: str, w: Workload, i: int = 0, rid: str | None = None
 ) -> tuple[float, int]:
     if w.staggered:
         await asyncio.sleep(i * w.delay / w.streams)
     start = time.perf_counter()
     ttft = -1.0
     lines = 0
-    async with session.post(
-        url + "/api/generate",
-        json={"model": "bench", "n": w.tokens, "delay": w.delay, "flood": w.flood},
-    ) as resp:
+    body = {"model": "bench", "n": w.tokens, "delay": w.delay, "flood": w.flood}
+    if TRACE is not None and rid is not None:
+        body["id"] = rid
+    async with session.post(url + "/api/generate", json=body) as resp:
         async for _ in resp.content:
             if ttft < 0:
                 ttft = time.perf_counter() - start
             lines += 1
+    if TRACE is not None and rid is not None:
+        TRACE.sent[rid] = (start, start + ttft)
     return ttft, lines
 
 
-async def run_round(target: Target, w: Workload) -> tuple[list[float], int, float]:
+async def run_round(target: Target, w: Workload, tag: str) -> tuple[list[float], int, float]:
+    """One round of `w` against `target`; its requests' ids begin with `tag` (`--trace`)."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         warm = Workload("warm", 1, 5, 0)
         await asyncio.gather(
@@ -207,9 +243,12 @@ async def run_round(target: Target, w: Workload) -> tuple[list[float], int, floa
         )
         before = cpu_seconds(target.pids)
         results = []
-        for _ in range(w.waves):
+        for wave in range(w.waves):
             results += await asyncio.gather(
-                *(one_stream(session, target.url, w, i) for i in range(w.streams))
+                *(
+                    one_stream(session, target.url, w, i, f"{tag}{wave}|{i}")
+                    for i in range(w.streams)
+                )
             )
         cpu = cpu_seconds(target.pids) - before
     ttfts = [r[0] for r in results]
@@ -348,6 +387,12 @@ def parse_args() -> argparse.Namespace:
         "upstream keep the others (see above)",
     )
     parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also split each TTFT into the way in, the upstream's own time and the way "
+        "out (median ms), from timestamps the upstream logs",
+    )
+    parser.add_argument(
         "--only", metavar="WORD", help="run only the workloads whose name contains WORD"
     )
     return parser.parse_args()
@@ -380,7 +425,12 @@ def main() -> int:
     pin = split_cores(args.pin)
     up_port = free_port()
     upstream = [sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)]
-    procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(upstream)]
+    up_env = dict(os.environ)
+    if args.trace:
+        global TRACE
+        TRACE = Trace(tmp / "trace.log")
+        up_env["BENCH_TRACE"] = str(TRACE.log)
+    procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(upstream, env=up_env)]
     targets = [Target("direct", f"http://127.0.0.1:{up_port}")]
     try:
         if not args.no_nginx and (started := start_nginx(up_port, tmp, pin)):
@@ -424,22 +474,22 @@ def main() -> int:
 
 async def measure(targets: list[Target], rounds: int, only: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {"workloads": []}
-    for w in WORKLOADS:
+    for wi, w in enumerate(WORKLOADS):
         if only and only not in w.name:
             continue
         ttfts: dict[str, list[float]] = {t.name: [] for t in targets}
         p50s: dict[str, list[float]] = {t.name: [] for t in targets}
         cpu: dict[str, float] = {t.name: 0.0 for t in targets}
         chunks: dict[str, int] = {t.name: 0 for t in targets}
-        for _ in range(rounds):
-            for t in targets:  # interleaved, so drift hits every target alike
-                tt, n, c = await run_round(t, w)
+        for r in range(rounds):
+            for ti, t in enumerate(targets):  # interleaved, so drift hits every target alike
+                tt, n, c = await run_round(t, w, f"{wi}|{ti}|{r}|")
                 ttfts[t.name] += tt
                 p50s[t.name].append(pct(tt, 0.5) * 1000)
                 chunks[t.name] += n
                 cpu[t.name] += c
         row: dict[str, Any] = {"workload": w.name, "targets": {}}
-        for t in targets:
+        for ti, t in enumerate(targets):
             row["targets"][t.name] = {
                 "ttft_p50_ms": pct(ttfts[t.name], 0.5) * 1000,
                 "ttft_p99_ms": pct(ttfts[t.name], 0.99) * 1000,
@@ -447,6 +497,8 @@ async def measure(targets: list[Target], rounds: int, only: str | None) -> dict[
                 "cpu_us_per_chunk": cpu[t.name] / max(chunks[t.name], 1) * 1e6 if t.pids else None,
                 "chunks": chunks[t.name],
             }
+            if TRACE is not None:
+                row["targets"][t.name].update(TRACE.split(f"{wi}|{ti}|"))
         out["workloads"].append(row)
     return out
 
@@ -474,7 +526,10 @@ def print_report(report: dict[str, Any]) -> None:
                     d["ttft_p99_ms"] - direct["ttft_p99_ms"],
                     "-" if cpu is None else f"{cpu:.1f}",
                     f"{cpu / nginx_cpu:.2f}" if cpu and nginx_cpu else "-",
-                )
+                ),
+                "  in {in_ms:.2f} / upstream {upstream_ms:.2f} / out {out_ms:.2f} ms".format(**d)
+                if "in_ms" in d
+                else "",
             )
     print(f"\nollama-tap start-up to first reply: {report['tap_startup_s'] * 1000:.0f} ms")
     print(f"ollama-tap RSS after the run: {report['tap_rss_mb']:.0f} MB")

@@ -10,7 +10,9 @@ refresh (rate-limited to one per 5 s, which lands on each round's first requests
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -26,6 +28,11 @@ FINAL = (
 )
 
 
+TRACE = open(os.environ["BENCH_TRACE"], "a", buffering=1) if "BENCH_TRACE" in os.environ else None  # noqa: SIM115
+"""`overhead.py --trace`: per request with an `id`, when it reached the handler and when its
+first token was written (perf_counter: CLOCK_MONOTONIC, the same clock in every process)."""
+
+
 async def generate(request: web.Request) -> web.StreamResponse:
     """Stream `n` tokens, `delay` seconds apart, then Ollama's final object.
 
@@ -35,13 +42,16 @@ async def generate(request: web.Request) -> web.StreamResponse:
     not yield below its buffer limit): hundreds of lines reach the relay per read, which
     measures bulk line parsing rather than anything a model produces.
     """
+    got = time.perf_counter()
     body = await request.json()
     n, delay = int(body.get("n", 500)), float(body.get("delay", 0))
     flood = bool(body.get("flood", False))
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
-    for _ in range(n):
+    for i in range(n):
         await resp.write(TOKEN)
+        if i == 0 and TRACE is not None and "id" in body:
+            TRACE.write(f"{body['id']} {got} {time.perf_counter()}\n")
         if not flood:
             await asyncio.sleep(delay)
     await resp.write(FINAL % n)
