@@ -58,7 +58,9 @@ FIRST_GAP: Final = 1.0
 SETTLE: Final = 0.05
 QUIET_AFTER: Final = 0.3
 """Seconds between two first-token requests: the recorder writes a record some 50 ms after
-its exchange ended (FLUSH_EVERY), which would otherwise count as the next request's."""
+its exchange ended (FLUSH_EVERY), which would otherwise count as the next request's. With
+FIRST_GAP, longer than the file's measurement period (MEASURE_EVERY, 1 s), so each write is
+measured in its own round and no deferred measurement falls in a counted window."""
 STARTUP_S: Final = 180.0
 """How long a target under callgrind may take to answer its first request."""
 

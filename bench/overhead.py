@@ -16,12 +16,15 @@ reports client-seen time to first token (TTFT) and the relay's CPU time per rela
     python bench/overhead.py --pin --only light     # relays on a core of their own
 
 By default the three processes share every core, so under a burst a relay's CPU is taken
-from the load generator and the upstream too: all eight requests of a burst wait for the
-work of all eight, and the added TTFT p50 grows by about eight times each request's extra
-CPU. With `--pin` the relay under test gets the last core to itself and the load generator
-and upstream keep the others, as when Ollama (Go, its model on the GPU) and its clients do
-not compete with the proxy for the same core: the added TTFT is then the relay's own
-latency, which is what a user of a GPU box waits for.
+from the load generator and the upstream too: the median request of a burst waits for most
+of the burst's work, and each microsecond of a relay's per-request CPU adds about ten to the
+added TTFT p50 (bench/floor.py with 150 µs more per request: +1.6 ms). With `--pin` the
+relay under test gets the last core to itself and the load generator and upstream share the
+others (on 2 cores: one), as when Ollama and its clients do not compete with the proxy for
+its core. The added TTFT is then mostly the relay's own latency; on 2 cores the load
+generator and upstream, sharing one, also spread a burst's requests over a few milliseconds,
+and "direct" does without the core the relays get (its added figures are not comparable
+between the two set-ups; the gap to nginx is).
 
 nginx comes from Debian (`apt-get install nginx`); it is installed when absent and we are
 root, otherwise its column is skipped.
@@ -204,6 +207,8 @@ class Trace:
             if rid.startswith(prefix) and rid in upstream:
                 reached, wrote = upstream[rid]
                 parts.append((reached - sent, wrote - reached, first - wrote))
+        if not parts:
+            return {}  # no request reached the upstream with its id (a relay rewrote it)
         return {
             f"{name}_ms": statistics.median(p[k] for p in parts) * 1000
             for k, name in enumerate(("in", "upstream", "out"))
@@ -517,6 +522,7 @@ def print_report(report: dict[str, Any]) -> None:
         nginx_cpu = data.get("nginx", {}).get("cpu_us_per_chunk")
         for name, d in data.items():
             cpu = d["cpu_us_per_chunk"]
+            split = "   in {in_ms:.2f} / upstream {upstream_ms:.2f} / out {out_ms:.2f} ms"
             print(
                 "  {:<16} {:>7.2f}ms {:>6.2f}ms {:>+7.2f} {:>+7.2f} {:>13} {:>8}".format(
                     name,
@@ -526,10 +532,8 @@ def print_report(report: dict[str, Any]) -> None:
                     d["ttft_p99_ms"] - direct["ttft_p99_ms"],
                     "-" if cpu is None else f"{cpu:.1f}",
                     f"{cpu / nginx_cpu:.2f}" if cpu and nginx_cpu else "-",
-                ),
-                "  in {in_ms:.2f} / upstream {upstream_ms:.2f} / out {out_ms:.2f} ms".format(**d)
-                if "in_ms" in d
-                else "",
+                )
+                + (split.format(**d) if "in_ms" in d else "")
             )
     print(f"\nollama-tap start-up to first reply: {report['tap_startup_s'] * 1000:.0f} ms")
     print(f"ollama-tap RSS after the run: {report['tap_rss_mb']:.0f} MB")

@@ -49,9 +49,10 @@ async def generate(request: web.Request) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
     await resp.prepare(request)
     for i in range(n):
-        await resp.write(TOKEN)
         if i == 0 and TRACE is not None and "id" in body:
+            # Stamped before the write: no client can have read the line earlier.
             TRACE.write(f"{body['id']} {got} {time.perf_counter()}\n")
+        await resp.write(TOKEN)
         if not flood:
             await asyncio.sleep(delay)
     await resp.write(FINAL % n)

@@ -6,8 +6,8 @@ slowed. The thread sleeps until there is work: a record queued (it then waits FL
 seconds for more and writes everything queued in transactions of up to BATCH rows), the
 file's measurement falling due (at most every MEASURE_EVERY seconds after writes), a prune
 (every PRUNE_EVERY seconds), or stop, when it drains the queue before closing. An idle
-proxy's writer never runs: it used to wake every FLUSH_EVERY seconds to find nothing, each
-time taking the GIL from the event loop. Retention runs here rather than in
+proxy's writer wakes only to prune: it used to wake every FLUSH_EVERY seconds to find
+nothing, each time taking the GIL from the event loop. Retention runs here rather than in
 a second connection so the file has exactly one writer and no transaction ever waits on
 another.
 """
@@ -83,6 +83,7 @@ class Writer:
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._next_measure = 0.0
+        self._next_prune = time.monotonic() + PRUNE_EVERY
         self._unmeasured = False
         self._writing = 0
         """Records taken from the queue and not yet written (the writer thread's count)."""
@@ -100,10 +101,11 @@ class Writer:
             self.metrics.dropped.inc()
             return
         self._added += weight
-        idle = not self._queue
         self._queue.append((ex, cap, weight))
-        if idle:
+        if len(self._queue) == 1:
             # Only the first record of a batch wakes the thread: the rest find it awake.
+            # Counted after the append: a check before it could see a record the thread
+            # was about to take, and the thread would sleep with this one queued.
             self._wake.set()
 
     @property
@@ -121,6 +123,7 @@ class Writer:
         self._conn = open_writer(self.path)
         self._file = _identity(self.path)
         self._prune()
+        self._next_prune = time.monotonic() + PRUNE_EVERY
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ollama-tap-recorder", daemon=True)
@@ -138,46 +141,49 @@ class Writer:
                 log.warning("recorder_stop_timeout", unwritten=unwritten)
 
     def _run(self) -> None:
-        next_prune = time.monotonic() + PRUNE_EVERY
         while True:
-            self._wake.wait(self._until_due(next_prune))
+            self._wake.wait(self._until_due())
             # Cleared before the queue is read: a record queued from here on wakes it again.
             self._wake.clear()
             stopping = self._stop.is_set()
             if self._queue and not stopping:
                 stopping = self._stop.wait(FLUSH_EVERY)  # a batch gathers meanwhile
             try:
-                next_prune = self._round(next_prune)
+                self._round()
             except Exception:
                 # The thread must outlive any one failure: a dead writer would let the
-                # queue fill silently. Count it and carry on.
+                # queue fill silently. Count it, pause (a failure that repeats must not
+                # spin), and carry on.
                 self.metrics.write_errors.inc()
                 log.exception("recorder_round_failed")
+                stopping = self._stop.wait(FLUSH_EVERY) or stopping
             if stopping and not self._queue:
                 break
         assert self._conn is not None
         self._conn.close()
 
-    def _until_due(self, next_prune: float) -> float:
+    def _until_due(self) -> float:
         """Seconds until the next prune, or the measurement a throttled write left due; none
         while records wait (a failed round can leave some, and no new one would wake it)."""
         if self._queue:
             return 0.0
-        due = next_prune
+        due = self._next_prune
         if self._unmeasured:
             due = min(due, self._next_measure)
         return max(0.0, due - time.monotonic())
 
-    def _round(self, next_prune: float) -> float:
-        """Write everything queued, then prune or measure; returns the next prune time."""
+    def _round(self) -> None:
+        """Write everything queued, then prune or measure."""
         wrote = False
         while self._queue:
             self._write(self._take(min(BATCH, len(self._queue))))
             self._writing = 0
             wrote = True
-        if time.monotonic() >= next_prune:
+        if time.monotonic() >= self._next_prune:
+            # Set first: a prune that fails is tried again at the next one, not each round.
+            self._next_prune = time.monotonic() + PRUNE_EVERY
             self._prune()
-            return time.monotonic() + PRUNE_EVERY
+            return
         # A write the throttle skipped is measured at the next due round, written or not,
         # so the gauge never stays behind the file for more than MEASURE_EVERY.
         self._unmeasured = self._unmeasured or wrote
@@ -185,7 +191,6 @@ class Writer:
             self._next_measure = time.monotonic() + MEASURE_EVERY
             self._unmeasured = False
             self._measure()
-        return next_prune
 
     def _write(self, batch: list[tuple[Exchange, Capture]]) -> None:
         rows = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import stat
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -119,10 +120,7 @@ async def test_the_writer_survives_a_failing_round(
 
     monkeypatch.setattr(Writer, "_measure", flaky_measure)
     drive(rec, exchange(body=chat_body()))
-    for _ in range(100):
-        if sample(registry, "ollama_tap_recorder_write_errors_total"):
-            break
-        await asyncio.sleep(0.02)
+    await _until(lambda: _write_errors(registry), 1)
     drive(rec, exchange(body=chat_body()))
     await rec.stop()
     assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
@@ -192,26 +190,91 @@ async def test_an_idle_writer_sleeps_until_a_record_comes(
 ) -> None:
     # It used to wake every 50 ms to find nothing, taking the GIL from the event loop each
     # time; now a record wakes it, and only the first of a batch needs to.
-    from proxy.recorder.writer import FLUSH_EVERY, Writer
+    from proxy.recorder import writer
+
+    rounds = _count_rounds(monkeypatch)
+    monkeypatch.setattr(writer, "FLUSH_EVERY", 1.0)  # the batch's gathering: ample time
+    rec, _ = await _started(tmp_path)
+    await asyncio.sleep(0.3)
+    assert rounds == []  # polling every 50 ms would have made about six rounds by now
+    for i in range(3):
+        drive(rec, exchange(body=chat_body(), ex_id=f"r{i}"))
+    await _until(lambda: count(rec), 3)
+    assert rounds[0] == 3  # one wake, one batch
+    await rec.stop()
+
+
+async def test_a_failing_prune_is_not_retried_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the prune due and failing (a replaced file that cannot be reopened, say), each
+    # round used to run straight into the next: the thread spun, logging each time.
+    from proxy.recorder import writer
+
+    rec, registry = await _started(tmp_path)
+    rounds = _count_rounds(monkeypatch)
+
+    def failing_measure(self: writer.Writer) -> None:
+        raise OSError("the file cannot be reopened")
+
+    monkeypatch.setattr(writer.Writer, "_measure", failing_measure)
+    monkeypatch.setattr(writer, "PRUNE_EVERY", 0.2)
+    assert rec.writer is not None
+    rec.writer._next_prune = 0.0  # due now; the thread wakes for the next record
+    drive(rec, exchange(body=chat_body()))
+    await asyncio.sleep(0.5)
+    await rec.stop()
+    # Measured twice (prune, then the write's own measurement) per 0.2 s prune at most,
+    # each failure followed by a 50 ms pause: a handful of rounds, not thousands.
+    assert 1 <= len(rounds) <= 15
+    errors = sample(registry, "ollama_tap_recorder_write_errors_total")
+    assert errors is not None and 1 <= errors <= 15
+    assert await count(rec) == 1
+
+
+async def test_a_write_is_measured_even_when_none_follows(tmp_path: Path) -> None:
+    # The file is measured at most once a second after writes; a write inside that second is
+    # measured when it is up, with no further write to wake the thread. Here that is how a
+    # database deleted under the proxy is noticed after a single write.
+    rec, registry = await _started(tmp_path)
+    drive(rec, exchange(body=chat_body(), ex_id="before"))
+    await _until(lambda: count(rec), 1)  # written and measured (the first measurement)
+    await asyncio.to_thread(_delete, rec.store.path)
+    drive(rec, exchange(body=chat_body(), ex_id="after"))  # written into the deleted file
+    await _until(lambda: _write_errors(registry), 1, within=5.0)
+    await rec.stop()
+
+
+def _count_rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The writer's rounds from here on, each as the records queued when it began."""
+    from proxy.recorder.writer import Writer
 
     rounds: list[int] = []
     real_round = Writer._round
 
-    def counted(self: Writer, next_prune: float) -> float:
+    def counted(self: Writer) -> None:
         rounds.append(len(self._queue))
-        return real_round(self, next_prune)
+        real_round(self)
 
     monkeypatch.setattr(Writer, "_round", counted)
-    rec = Recorder(make_settings(tmp_path), CollectorRegistry())
+    return rounds
+
+
+async def _started(tmp_path: Path) -> tuple[Recorder, CollectorRegistry]:
+    registry = CollectorRegistry()
+    rec = Recorder(make_settings(tmp_path), registry)
     await rec.start()
-    await asyncio.sleep(6 * FLUSH_EVERY)
-    assert rounds == []  # polling would have made about six rounds by now
-    for i in range(3):
-        drive(rec, exchange(body=chat_body(), ex_id=f"r{i}"))
-    for _ in range(100):
-        if await count(rec) == 3:
-            break
+    return rec, registry
+
+
+async def _write_errors(registry: CollectorRegistry) -> int:
+    return int(sample(registry, "ollama_tap_recorder_write_errors_total") or 0)
+
+
+async def _until(probe: Callable[[], Awaitable[int]], value: int, within: float = 2.0) -> None:
+    """Until `probe()` gives `value` (asserted once `within` seconds have passed)."""
+    for _ in range(int(within / 0.02)):
+        if await probe() == value:
+            return
         await asyncio.sleep(0.02)
-    assert await count(rec) == 3
-    assert rounds[0] == 3  # one wake, one batch
-    await rec.stop()
+    assert await probe() == value
