@@ -14,8 +14,8 @@ UNBUILD := find proxy -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sou
 # Serial even under -j: every recipe installs into, or builds in, the same venv and tree.
 .NOTPARALLEL:
 
-.PHONY: run test lint typecheck unit instructions unit-aiohttp-relay unit-interpreted system-deps build-deps \
-	bench env clean
+.PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps build-deps \
+	bench instructions env clean
 
 # Installed as plain Python first; $(VENV)/.compiled then builds the hot modules in place.
 $(VENV)/.run-deps: pyproject.toml setup.py
@@ -73,15 +73,18 @@ typecheck: $(VENV)/.test-deps
 unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps
 	$(VENV)/bin/pytest $(ARGS)
 
+# The second and third passes run the proxy's own tests: not the deploy stack, the browser
+# or the benchmark scripts, which the first pass covers and no relay mode changes.
+PROXY_TESTS_ONLY := --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench
+
 ## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one
 unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled
-	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.test_aiohttp_relay_mode \
-	  --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench
+	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.test_aiohttp_relay_mode $(PROXY_TESTS_ONLY)
 
 ## the same proxy tests against the .py sources (an OLLAMA_TAP_PURE_PYTHON=1 install), and
 ## the tests that patch module internals, which compiled modules do not see
 unit-interpreted: $(VENV)/.test-deps
-	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench
+	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q $(PROXY_TESTS_ONLY)
 
 ## make test: install everything the tests need, then lint, type-check and run the suite
 test: lint typecheck unit unit-aiohttp-relay unit-interpreted

@@ -28,7 +28,8 @@ FINAL = (
 )
 
 
-TRACE = open(os.environ["BENCH_TRACE"], "a", buffering=1) if "BENCH_TRACE" in os.environ else None  # noqa: SIM115
+_TRACE_PATH = os.environ.get("BENCH_TRACE")
+TRACE = open(_TRACE_PATH, "a", buffering=1) if _TRACE_PATH else None  # noqa: SIM115 (process-long)
 """`overhead.py --trace`: per request with an `id`, when it reached the handler and when its
 first token was written (perf_counter: CLOCK_MONOTONIC, the same clock in every process)."""
 

@@ -8,8 +8,7 @@ checked exactly against the final object the client received.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -24,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama, Script
+from tests.waiting import eventually
 
 LOAD, QUEUE, PREFILL, TOKEN = 0.3, 0.2, 0.1, 0.03
 TOL = 0.05
@@ -37,15 +37,6 @@ MESSAGES = [{"role": "user", "content": "Why is the sky blue?"}]
 
 
 # --- helpers shared with test_metrics_shapes ---------------------------------------------
-
-
-async def eventually(check: Callable[[], bool]) -> None:
-    """Wait until `check()` holds (metrics land in the end hook, just after the last byte)."""
-    for _ in range(500):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("still not true after 5 s")
 
 
 def samples(proxy: Proxy, name: str) -> list[tuple[dict[str, str], float]]:

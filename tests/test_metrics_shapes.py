@@ -21,7 +21,6 @@ from tests.test_metrics_e2e import (
     QWEN,
     SLACK,
     counter,
-    eventually,
     hist,
     in_flight,
     native,
@@ -30,6 +29,7 @@ from tests.test_metrics_e2e import (
     settled,
     took,
 )
+from tests.waiting import eventually
 
 CHAT = native("/api/chat", LLAMA)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import stat
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -14,13 +13,21 @@ from proxy.recorder import Recorder
 from proxy.recorder.store import Filters
 from tests.recorder.conftest import sample
 from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("blockbuster")
+
+
+ERRORS = "ollama_tap_recorder_write_errors_total"
 
 
 async def count(rec: Recorder) -> int:
     page, _ = await asyncio.to_thread(rec.store.page, Filters(), 1000)
     return len(page)
+
+
+async def has(rec: Recorder, records: int) -> bool:
+    return await count(rec) == records
 
 
 async def test_full_queue_drops_and_counts(tmp_path: Path) -> None:
@@ -37,21 +44,17 @@ async def test_full_queue_drops_and_counts(tmp_path: Path) -> None:
 
 
 async def test_write_errors_are_counted_and_spare_the_rest(tmp_path: Path) -> None:
-    registry = CollectorRegistry()
-    rec = Recorder(make_settings(tmp_path), registry)
-    await rec.start()
+    rec, registry = await _started(tmp_path)
     drive(rec, exchange(body=chat_body(), ex_id="same"))
     drive(rec, exchange(body=chat_body(), ex_id="same"))  # violates the unique id
     drive(rec, exchange(body=chat_body(), ex_id="other"))
     await rec.stop()
-    assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
+    assert sample(registry, ERRORS) == 1
     assert await count(rec) == 2
 
 
 async def test_stop_drains_everything_queued(tmp_path: Path) -> None:
-    registry = CollectorRegistry()
-    rec = Recorder(make_settings(tmp_path), registry)
-    await rec.start()
+    rec, registry = await _started(tmp_path)
     for _ in range(2_000):
         drive(rec, exchange(body=chat_body()))
     await rec.stop()
@@ -62,10 +65,9 @@ async def test_stop_drains_everything_queued(tmp_path: Path) -> None:
 
 
 async def test_file_is_private(tmp_path: Path) -> None:
-    rec = Recorder(make_settings(tmp_path), CollectorRegistry())
-    await rec.start()
+    rec, _ = await _started(tmp_path)
     drive(rec, exchange(body=chat_body()))
-    await asyncio.sleep(0.2)  # the writer commits, so -wal and -shm exist
+    await eventually(lambda: has(rec, 1))  # committed, so -wal and -shm exist
 
     def modes() -> dict[str, int]:
         data = tmp_path / "data"
@@ -109,9 +111,7 @@ async def test_the_writer_survives_a_failing_round(
 ) -> None:
     from proxy.recorder.writer import Writer
 
-    registry = CollectorRegistry()
-    rec = Recorder(make_settings(tmp_path), registry)
-    await rec.start()
+    rec, registry = await _started(tmp_path)
     failures = iter([OSError("disk went away")])
 
     def flaky_measure(self: Writer) -> None:
@@ -120,10 +120,10 @@ async def test_the_writer_survives_a_failing_round(
 
     monkeypatch.setattr(Writer, "_measure", flaky_measure)
     drive(rec, exchange(body=chat_body()))
-    await _until(lambda: _write_errors(registry), 1)
+    await eventually(lambda: sample(registry, ERRORS) == 1)
     drive(rec, exchange(body=chat_body()))
     await rec.stop()
-    assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
+    assert sample(registry, ERRORS) == 1
     assert await count(rec) == 2
 
 
@@ -132,9 +132,7 @@ async def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path: Path, bad: s
     # An integer past 64 bits raised OverflowError out of the insert, outside sqlite3.Error:
     # the whole batch was lost and its transaction left holding the write lock. A header's
     # non-UTF-8 bytes (lone surrogates from aiohttp) made the row impossible to build.
-    registry = CollectorRegistry()
-    rec = Recorder(make_settings(tmp_path), registry)
-    await rec.start()
+    rec, registry = await _started(tmp_path)
     ex = exchange(body=chat_body(), usage=native_usage(), ex_id="odd")
     if bad == "huge-int":
         assert ex.usage is not None
@@ -148,34 +146,29 @@ async def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path: Path, bad: s
     stored = {r["id"] for r in (await asyncio.to_thread(rec.store.page, Filters(), 10))[0]}
     if bad == "huge-int":
         assert stored == {"before", "after"}
-        assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
+        assert sample(registry, ERRORS) == 1
     else:
         assert stored == {"before", "odd", "after"}
         record = await asyncio.to_thread(rec.store.get, "odd")
         assert record is not None
         assert record["request"]["headers"]["User-Agent"] == "agent \ufffd\ufffd"
-        assert sample(registry, "ollama_tap_recorder_write_errors_total") == 0
+        assert sample(registry, ERRORS) == 0
 
 
 async def test_a_database_deleted_while_serving_is_made_again(tmp_path: Path) -> None:
     # SQLite would write on into the unlinked file without a word; the writer notices at
     # its next measurement (about a second), says so, counts it and starts a new file.
-    registry = CollectorRegistry()
-    rec = Recorder(make_settings(tmp_path), registry)
-    await rec.start()
+    rec, registry = await _started(tmp_path)
     drive(rec, exchange(body=chat_body(), ex_id="before"))
     path = rec.store.path
-    for _ in range(100):
-        if await count(rec) == 1:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: has(rec, 1))
     await asyncio.to_thread(_delete, path)
     for i in range(40):  # a write each 50 ms, past the measurement period
         drive(rec, exchange(body=chat_body(), ex_id=f"after-{i}"))
         await asyncio.sleep(0.05)
     await rec.stop()
     assert stat.S_IMODE((await asyncio.to_thread(path.stat)).st_mode) == 0o600
-    assert sample(registry, "ollama_tap_recorder_write_errors_total") == 1
+    assert sample(registry, ERRORS) == 1
     ids = {r["id"] for r in (await asyncio.to_thread(rec.store.page, Filters(), 100))[0]}
     assert "after-39" in ids and "before" not in ids
 
@@ -199,7 +192,7 @@ async def test_an_idle_writer_sleeps_until_a_record_comes(
     assert rounds == []  # polling every 50 ms would have made about six rounds by now
     for i in range(3):
         drive(rec, exchange(body=chat_body(), ex_id=f"r{i}"))
-    await _until(lambda: count(rec), 3)
+    await eventually(lambda: has(rec, 3))
     assert rounds[0] == 3  # one wake, one batch
     await rec.stop()
 
@@ -227,7 +220,7 @@ async def test_a_failing_prune_is_not_retried_at_once(
     # Measured twice (prune, then the write's own measurement) per 0.2 s prune at most,
     # each failure followed by a 50 ms pause: a handful of rounds, not thousands.
     assert 1 <= len(rounds) <= 15
-    errors = sample(registry, "ollama_tap_recorder_write_errors_total")
+    errors = sample(registry, ERRORS)
     assert errors is not None and 1 <= errors <= 15
     assert await count(rec) == 1
 
@@ -238,10 +231,10 @@ async def test_a_write_is_measured_even_when_none_follows(tmp_path: Path) -> Non
     # database deleted under the proxy is noticed after a single write.
     rec, registry = await _started(tmp_path)
     drive(rec, exchange(body=chat_body(), ex_id="before"))
-    await _until(lambda: count(rec), 1)  # written and measured (the first measurement)
+    await eventually(lambda: has(rec, 1))  # written and measured (the first measurement)
     await asyncio.to_thread(_delete, rec.store.path)
     drive(rec, exchange(body=chat_body(), ex_id="after"))  # written into the deleted file
-    await _until(lambda: _write_errors(registry), 1, within=5.0)
+    await eventually(lambda: sample(registry, ERRORS) == 1)
     await rec.stop()
 
 
@@ -265,16 +258,3 @@ async def _started(tmp_path: Path) -> tuple[Recorder, CollectorRegistry]:
     rec = Recorder(make_settings(tmp_path), registry)
     await rec.start()
     return rec, registry
-
-
-async def _write_errors(registry: CollectorRegistry) -> int:
-    return int(sample(registry, "ollama_tap_recorder_write_errors_total") or 0)
-
-
-async def _until(probe: Callable[[], Awaitable[int]], value: int, within: float = 2.0) -> None:
-    """Until `probe()` gives `value` (asserted once `within` seconds have passed)."""
-    for _ in range(int(within / 0.02)):
-        if await probe() == value:
-            return
-        await asyncio.sleep(0.02)
-    assert await probe() == value
