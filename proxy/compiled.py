@@ -18,15 +18,18 @@ MODULES: Final = [
     "proxy/histogram.py",
     "proxy/names.py",
     "proxy/accesslog.py",
-    "proxy/forward.py",
     "proxy/metrics.py",
-    "proxy/fastrelay/front.py",
-    "proxy/fastrelay/frontrelay.py",
-    "proxy/fastrelay/reply.py",
-    "proxy/fastrelay/pool.py",
-    "proxy/fastrelay/wire.py",
-    "proxy/fastrelay/relay.py",
-    "proxy/fastrelay/connection.py",
+    "proxy/relay/tap.py",
+    "proxy/relay/incoming.py",
+    "proxy/relay/headers.py",
+    "proxy/relay/aiohttp_relay.py",
+    "proxy/relay/http1/flow.py",
+    "proxy/relay/http1/reply.py",
+    "proxy/relay/http1/pool.py",
+    "proxy/relay/http1/request.py",
+    "proxy/relay/http1/serves.py",
+    "proxy/relay/http1/relay.py",
+    "proxy/relay/http1/server.py",
     "proxy/recorder/__init__.py",
     "proxy/recorder/scope.py",
     "proxy/recorder/timeline.py",
@@ -52,6 +55,6 @@ def source_hashes(root: Path) -> dict[str, str]:
 def active() -> bool:
     """Whether this process runs the compiled modules (an install without a C compiler, or
     with OLLAMA_TAP_PURE_PYTHON=1, runs them as plain Python)."""
-    from proxy import forward
+    from proxy.relay import tap
 
-    return not (forward.__file__ or "").endswith(".py")
+    return not (tap.__file__ or "").endswith(".py")

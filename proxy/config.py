@@ -97,9 +97,9 @@ class Settings(BaseSettings):
     tls_key: Path | None = Field(None, description="PEM private key for --tls-cert.")
     relay: Literal["aiohttp", "fast"] = Field(
         "fast",
-        description="'fast': the proxy's own HTTP/1.1 front and protocol-level relay "
-        "(proxy/fastrelay; /_tap and unusual requests go to aiohttp's server); 'aiohttp': "
-        "aiohttp's server and client for everything (more CPU per request and per chunk).",
+        description="'fast': the proxy's own HTTP/1.1 transport (proxy/relay/http1; /_tap "
+        "and unusual requests go through aiohttp's); 'aiohttp': aiohttp's server and client "
+        "for everything (more CPU per request and per chunk).",
     )
 
     @field_validator("metrics_path")

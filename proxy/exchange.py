@@ -180,7 +180,8 @@ def new_id() -> str:
 class Exchange:
     """One client request and what became of it.
 
-    The forwarder fills it as the exchange unfolds and emits hooks; observers read it.
+    The relay's driver (relay/tap.py) fills it as the exchange unfolds and emits hooks;
+    observers read it.
     Times are monotonic seconds (`time.monotonic()`), except `started_wall`.
     Every exchange ends in exactly one `response` or `error` hook, never both.
     """

@@ -54,8 +54,9 @@ if not INTERPRETED and (_why := _stale_build()) is not None:
         returncode=2,
     )
 
-from proxy.app import make_app, make_site  # noqa: E402
+from proxy.app import make_app  # noqa: E402
 from proxy.config import Settings  # noqa: E402
+from proxy.relay import make_site  # noqa: E402
 from tests.serve_process import ADMIN_TOKEN  # noqa: E402
 
 COMPILED = compiled.active()

@@ -6,9 +6,10 @@ import copy
 import importlib.machinery
 import pickle
 
-from proxy import compiled, forward
+from proxy import compiled
 from proxy.config import Settings
 from proxy.exchange import OutputChunk, OutputKind
+from proxy.relay import tap
 from proxy.serve import banner
 
 
@@ -17,7 +18,7 @@ def test_the_banner_says_whether_the_hot_modules_are_compiled() -> None:
     so `serve` says it."""
     text = banner(Settings(upstream="http://127.0.0.1:11434", admin_token="t"), "t")
     # What the import system really loaded: an extension module, or the .py.
-    really = isinstance(forward.__loader__, importlib.machinery.ExtensionFileLoader)
+    really = isinstance(tap.__loader__, importlib.machinery.ExtensionFileLoader)
     assert compiled.active() is really
     build = text.splitlines()[-1].split()
     assert build[:2] == ["build:", "compiled" if really else "interpreted"]

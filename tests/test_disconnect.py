@@ -14,8 +14,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from proxy.exchange import Outcome
-from proxy.fastrelay.front import FrontConnection
-from proxy.fastrelay.frontrelay import FrontRequest
+from proxy.relay import FRONT
+from proxy.relay.headers import UpstreamTarget
+from proxy.relay.http1 import server
+from proxy.relay.http1.pool import UpstreamPool
+from proxy.relay.http1.request import FrontRequest
 from tests.conftest import MakeProxy
 from tests.serve_process import serve
 from tests.test_forward import Spy
@@ -153,7 +156,7 @@ async def test_a_request_sent_on_arrival_is_recorded_and_stopped_when_its_client
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The front sends a request that arrived whole upstream at once, before its exchange's
-    task has run (`send_now`). A client gone by the time that task runs still gets its
+    task has run (`send_on_arrival`). A client gone by the time that task runs still gets its
     exchange recorded (`client_disconnected`), and Ollama's connection is closed."""
     up, url = slow_upstream
     spy = Spy()
@@ -162,14 +165,15 @@ async def test_a_request_sent_on_arrival_is_recorded_and_stopped_when_its_client
         async with s.post(proxy.url + "/api/generate", json={"lines": 1}) as resp:
             await resp.read()
     sent: list[bool] = []
-    send_now = FrontConnection.send_now
+    send = server.send_on_arrival
 
-    def send_then_lose(conn: FrontConnection, request: FrontRequest) -> None:
-        send_now(conn, request)
+    def send_then_lose(pool: UpstreamPool, target: UpstreamTarget, request: FrontRequest) -> None:
+        send(pool, target, request)
         sent.append(request.sent is not None)
+        (conn,) = [c for c in proxy.app[FRONT].connections if c.fresh is request]
         conn.transport.abort()
 
-    monkeypatch.setattr(FrontConnection, "send_now", send_then_lose)
+    monkeypatch.setattr(server, "send_on_arrival", send_then_lose)
     _, writer = await asyncio.open_connection(proxy.host, proxy.port)
     body = orjson.dumps({"model": "m", "prompt": "x"})
     writer.write(

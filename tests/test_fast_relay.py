@@ -1,5 +1,5 @@
-"""The fast relay (setting `relay = "fast"`): same exchange as the aiohttp relay, plus the
-mechanics it implements itself (pool, framing, back-pressure, timeouts, TLS upstreams)."""
+"""The HTTP/1 transport (setting `relay = "fast"`): same exchange as the aiohttp transport,
+plus the mechanics it implements itself (pool, framing, back-pressure, timeouts, TLS)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,16 @@ import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from structlog.testing import capture_logs
 
-from proxy.app import FRONT
 from proxy.exchange import Exchange, Outcome, OutputChunk
-from proxy.fastrelay.connection import UpstreamConnection
-from proxy.fastrelay.front import FrontConnection
-from proxy.fastrelay.frontrelay import FrontRelay
-from proxy.fastrelay.reply import Reply
-from proxy.forward import Forwarder
+from proxy.relay import FRONT
+from proxy.relay.aiohttp_relay import AiohttpRelay
+from proxy.relay.http1.pool import UpstreamConnection
+from proxy.relay.http1.relay import Http1Relay
+from proxy.relay.http1.reply import Reply
+from proxy.relay.http1.server import FrontConnection
+from proxy.relay.tap import Relay, Tap, Tapped
 from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama, Script
 from tests.test_forward import ROUTES, comparable, fetch
@@ -93,12 +95,11 @@ async def through(
         async with aiohttp.ClientSession() as s:
             await fetch(s, "GET", proxy.url + "/api/version", None)
         recorder.calls.clear()
-    front = proxy.app.get(FRONT)
-    before = front.sent_on_arrival if front is not None else 0
-    async with aiohttp.ClientSession(auto_decompress=False, headers=_MARK) as s:
-        got = await fetch(s, method, proxy.url + path, body)
+    with capture_logs() as logs:
+        async with aiohttp.ClientSession(auto_decompress=False, headers=_MARK) as s:
+            got = await fetch(s, method, proxy.url + path, body)
     if on_arrival is not None:
-        on_arrival.append(front is not None and front.sent_on_arrival > before)
+        on_arrival.append(any(e["event"] == "sent_on_arrival" for e in logs))
     return recorder, (got[0], comparable(got[1]), got[2])
 
 
@@ -606,9 +607,9 @@ async def test_an_upload_answered_early_that_stalls_loses_its_connection(
 ) -> None:
     """Ollama answers before the body ended; the rest is read and dropped for the
     lingering time (aiohttp's rule), then a client that stopped sending is cut."""
-    from proxy.fastrelay import front
+    from proxy.relay.http1 import server
 
-    monkeypatch.setattr(front, "LINGER_SECONDS", 0.3)
+    monkeypatch.setattr(server, "LINGER_SECONDS", 0.3)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_head(reader)
@@ -717,12 +718,12 @@ async def test_a_head_that_failed_is_not_announced(
 ) -> None:
     """A bug while taking the reply's head ends the exchange as `proxy_error` with a 500:
     observers are not told of a head (and status) the client never got."""
-    from proxy.fastrelay import frontrelay
+    from proxy.relay.http1 import relay
 
     def broken(*args: Any) -> tuple[bytes, bool]:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(frontrelay, "response_head", broken)
+    monkeypatch.setattr(relay, "response_head", broken)
     recorder = Recorder()
     proxy = await proxy_factory(relay="fast", observers=(recorder,))
     async with aiohttp.ClientSession() as s:
@@ -744,14 +745,14 @@ async def test_a_reply_that_ended_before_its_relay_took_it_leaves_its_connection
     size = 200_000
     listener = socket.create_server(("127.0.0.1", 0))
     threading.Thread(target=_threaded_upstream, args=(listener, size), daemon=True).start()
-    late = Forwarder.handle
+    late = Tap.drive
 
-    async def handle_late(fwd: Forwarder, request: web.Request, make: Any = None) -> Any:
-        if request.path == "/api/big":
+    async def drive_late(tap: Tap, relay: Relay[Any]) -> Any:
+        if relay.tapped.ex.path == "/api/big":
             time.sleep(0.1)  # noqa: ASYNC251 -- a busy loop: the whole reply arrives meanwhile
-            await asyncio.sleep(0)  # ... and is read before the relay exists
+            await asyncio.sleep(0)  # ... and is read before the relay runs
             await asyncio.sleep(0)
-        return await late(fwd, request, make)
+        return await late(tap, relay)
 
     def small_send_buffer(conn: FrontConnection, transport: asyncio.BaseTransport) -> None:
         # A remote client's socket (loopback's starts near 1 MiB): the reply fills it.
@@ -764,18 +765,18 @@ async def test_a_reply_that_ended_before_its_relay_took_it_leaves_its_connection
 
     adopted: list[tuple[str, bool]] = []
 
-    def noting(relay: FrontRelay) -> Reply | None:
+    def noting(relay: Http1Relay) -> Reply | None:
         reply = adopt(relay)
         if reply is not None:
-            adopted.append((relay.front_request.path, reply.ended))
+            adopted.append((relay.request.path, reply.ended))
         return reply
 
-    adopt = FrontRelay.adopt_sent
-    monkeypatch.setattr(FrontRelay, "adopt_sent", noting)
+    adopt = Http1Relay.adopt_sent
+    monkeypatch.setattr(Http1Relay, "adopt_sent", noting)
     made, up_made = FrontConnection.connection_made, UpstreamConnection.connection_made
     monkeypatch.setattr(FrontConnection, "connection_made", small_send_buffer)
     monkeypatch.setattr(UpstreamConnection, "connection_made", large_receive_buffer)
-    monkeypatch.setattr(Forwarder, "handle", handle_late)
+    monkeypatch.setattr(Tap, "drive", drive_late)
     proxy = await proxy_factory(
         relay="fast", upstream=f"http://127.0.0.1:{listener.getsockname()[1]}"
     )
@@ -828,7 +829,7 @@ def _serve_connection(conn: socket.socket, size: int) -> None:
             )
 
 
-_OURS = (FrontConnection, FrontRelay, Reply, Exchange, UpstreamConnection)
+_OURS = (FrontConnection, Http1Relay, AiohttpRelay, Tapped, Reply, Exchange, UpstreamConnection)
 _GENERATE = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
 
 
@@ -953,12 +954,12 @@ async def test_an_exchange_ended_by_a_bug_of_ours_is_freed_too(
     proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bug a relay keeps until its task raises it holds a traceback into the relay."""
-    from proxy.fastrelay import frontrelay
+    from proxy.relay.http1 import relay
 
     def broken(*args: Any) -> tuple[bytes, bool]:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(frontrelay, "response_head", broken)
+    monkeypatch.setattr(relay, "response_head", broken)
     proxy = await proxy_factory(relay="fast")
 
     async def exchanges() -> None:

@@ -299,18 +299,6 @@ async def test_unknown_tap_paths_are_the_proxys_own_404(
     assert not [r for r in fake_ollama.received[before:] if r.path_qs.startswith("/_tap")]
 
 
-def test_an_ipv6_upstream_gets_a_bracketed_host() -> None:
-    from prometheus_client import CollectorRegistry
-
-    from proxy.config import Settings
-    from proxy.forward import Forwarder
-    from proxy.hooks import Hooks
-
-    settings = Settings(upstream="http://[::1]:11434")
-    fwd = Forwarder(settings, Hooks([], CollectorRegistry()), lambda: None, lambda: False)  # type: ignore[arg-type,return-value]
-    assert fwd.upstream_host == "[::1]:11434"
-
-
 async def test_a_request_line_in_absolute_form_is_relayed(
     proxy: Proxy, fake_ollama: FakeOllama
 ) -> None:

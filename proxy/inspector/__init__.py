@@ -64,7 +64,7 @@ def _reply(request: web.Request, asset: Asset) -> web.Response:
 def add_routes(app: web.Application) -> None:
     """GET /_tap/ (the page), GET /_tap (redirect there), GET /_tap/static/{name}.
 
-    Call it before the /_tap/{tail} and forwarder catch-alls are added: aiohttp tries the
+    Call it before the /_tap/{tail} and relay catch-alls are added: aiohttp tries the
     routes under one prefix in the order they were added.
     """
     assets = load_assets()

@@ -1,6 +1,6 @@
 """One exchange → one row: the columns, the privacy mode applied, heavy parts serialized.
 
-Runs in the writer thread: the hook only hands the finished Exchange over (the forwarder
+Runs in the writer thread: the hook only hands the finished Exchange over (the relay
 no longer touches it after the end hook), so parsing, hashing and JSON encoding of large
 bodies never happen on the event loop.
 

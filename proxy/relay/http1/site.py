@@ -1,6 +1,9 @@
-"""The listening site of the fast relay: aiohttp's TCPSite with the front as protocol.
+"""The listening site of the HTTP/1 transport: aiohttp's TCPSite with the front as protocol.
 
-Plain Python (not compiled with the hot modules): it derives from aiohttp's class.
+Plain Python, not compiled: it derives from aiohttp's class. It reads TCPSite's private
+attributes `_runner`, `_host`, `_port`, `_ssl_context`, `_backlog`, `_reuse_address`,
+`_reuse_port` and sets `_server` (what BaseSite.start and stop use); aiohttp is pinned
+below its next minor version for that, and tests/relay/test_site.py checks each of them.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.fastrelay.front import Front
+from proxy.relay.http1.server import Front
 
 
 class FrontSite(web.TCPSite):

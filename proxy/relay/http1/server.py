@@ -1,20 +1,11 @@
-"""The front: the listening socket's own HTTP/1.1 server when `relay = "fast"`.
+"""The HTTP/1 transport's server: the listening socket's connections, parsed by llhttp.
 
-aiohttp's server costs about 60 µs of CPU per request before the relay runs (request object,
-middlewares, router, response object); the front parses requests with llhttp (httptools)
-and hands each straight to the forwarder with a `FrontRelay`. It serves only what a relay
-needs: plain HTTP/1.1 requests in origin form for Ollama. Every other request — /_tap/*,
-the metrics path, HTTP/1.0, `Expect`, `Upgrade`, odd framing, a Host the DNS-rebinding check
-refuses, bytes that do not parse — is handed, with the connection and every byte read so
-far, to aiohttp's server, which answers exactly as it did before the front existed. A
-hand-off happens at a request boundary and is final for that connection. A request that
-arrives whole in one read is written upstream from that read's callback, before its
-exchange is made (`FrontConnection.send_now`); the exchange's relay adopts the reply.
-
-Semantics kept from aiohttp's server: keep-alive (75 s idle), pipelined requests answered
-in order, request bodies streamed with back-pressure, a client that disconnects cancels its
-exchange (`client_disconnected`), and on shutdown idle connections close at once while busy
-ones finish within the grace period.
+It relays what `serves.Rule` accepts; any other request is handed, with its connection and
+every byte read so far, to aiohttp's server (and so to the aiohttp transport), at a request
+boundary, for good. Kept from aiohttp's server: keep-alive (75 s idle), pipelined requests
+answered in order, request bodies streamed with back-pressure, a client that disconnects
+cancels its exchange, and on shutdown idle connections close at once while busy ones finish
+within the grace period.
 """
 
 from __future__ import annotations
@@ -27,19 +18,17 @@ from typing import Final, Literal, cast
 
 import httptools
 import structlog
-from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
-from proxy.config import Settings
-from proxy.exchange import Exchange
-from proxy.fastrelay import wire
-from proxy.fastrelay.errors import ClientGone
-from proxy.fastrelay.frontrelay import WRITTEN, FrontRelay, FrontRequest, error_response
-from proxy.fastrelay.pool import UpstreamPool
-from proxy.fastrelay.wire import text
-from proxy.forward import Forwarder, MakeRelay, _Relay
-from proxy.hostcheck import allowed_host
 from proxy.ollama import error_body
+from proxy.relay.failures import ClientGone
+from proxy.relay.headers import error_response, text
+from proxy.relay.http1.flow import FlowControl
+from proxy.relay.http1.pool import UpstreamPool
+from proxy.relay.http1.relay import Http1Relay, send_on_arrival
+from proxy.relay.http1.request import FrontRequest
+from proxy.relay.http1.serves import Rule
+from proxy.relay.tap import Tap
 
 log = structlog.get_logger("ollama_tap.front")
 
@@ -52,10 +41,6 @@ MAX_HEAD: Final = 128 * 1024
 """Bytes of a request head past which parsing stops: the request goes to aiohttp, which
 refuses it, or the connection is cut. llhttp has no limit of its own. (A chunked body's
 trailers are not bounded here; the body's own bytes are, by back-pressure.)"""
-MAX_TARGET: Final = 8190
-MAX_FIELD: Final = 65536
-"""aiohttp's limits (request line; header field, as the app configures it): a request past
-them is handed over, so aiohttp answers it exactly as it would without the front."""
 MAX_QUEUED: Final = 16
 """Pipelined requests parsed ahead of the one being answered before reading pauses."""
 _REFUSED_PIPELINED: Final = (
@@ -80,18 +65,12 @@ that cannot be handed over (it began in the read that ended its predecessor) is 
 class Front:
     """The protocol factory of the listening socket, and the connections it serves."""
 
-    def __init__(
-        self, settings: Settings, fwd: Forwarder, make_relay: MakeRelay, pool: UpstreamPool
-    ) -> None:
-        self.fwd = fwd
-        self.make_relay = make_relay
+    def __init__(self, tap: Tap, pool: UpstreamPool, rule: Rule) -> None:
+        self.tap = tap
         self.pool = pool
-        self.check_host = settings.loopback_bind
-        self.own_paths = {settings.metrics_path} if settings.metrics else set()
+        self.rule = rule
         self.connections: set[FrontConnection] = set()
         self.closing = False
-        self.sent_on_arrival = 0
-        """Requests written upstream from the callback they arrived in (`send_now`)."""
         self._aiohttp: Callable[[], asyncio.Protocol] | None = None
 
     def attach(self, server: Callable[[], asyncio.Protocol]) -> None:
@@ -105,30 +84,6 @@ class Front:
         assert self._aiohttp is not None, "Front.attach was not called"
         return self._aiohttp()
 
-    def serves(self, method: str, version: str, request: FrontRequest, target: str) -> bool:
-        """Whether the front relays this request itself (else aiohttp takes the connection)."""
-        headers = request.headers
-        path = request.path
-        if (
-            version != "1.1"
-            or method == "CONNECT"
-            or not target.startswith("/")
-            or len(target) > MAX_TARGET
-            or path == "/_tap"
-            or path.startswith("/_tap/")
-            or path in self.own_paths
-            or hdrs.EXPECT in headers
-            or hdrs.UPGRADE in headers
-            or len(headers.getall(hdrs.HOST, ())) != 1
-            or len(headers.getall(hdrs.CONTENT_LENGTH, ())) > 1
-            or request.longest_field > MAX_FIELD
-        ):
-            return False
-        te = headers.getall(hdrs.TRANSFER_ENCODING, ())
-        if te and (te != ["chunked"] or hdrs.CONTENT_LENGTH in headers):
-            return False
-        return not self.check_host or allowed_host(headers[hdrs.HOST])
-
     def close_idle(self) -> None:
         """Shutdown begins: connections without a running exchange close now (a request
         half-received included, as aiohttp does), busy ones after their exchange."""
@@ -138,7 +93,7 @@ class Front:
 
     async def wait_exchanges(self, within: float) -> None:
         """Until no exchange runs (one may start on a busy connection meanwhile), or
-        `within` seconds passed (the forwarder has cancelled them all by then); then every
+        `within` seconds passed (the driver has cancelled them all by then); then every
         connection left is closed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
@@ -157,6 +112,8 @@ class FrontConnection(asyncio.Protocol):
     def __init__(self, front: Front) -> None:
         self.front = front
         self.transport: asyncio.Transport = cast(asyncio.Transport, None)
+        self.flow = cast(FlowControl, None)
+        """Both made in `connection_made`, before any other call."""
         self.remote = ""
         self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         """Dropped when the connection is lost: it holds this connection's methods, a cycle
@@ -183,20 +140,22 @@ class FrontConnection(asyncio.Protocol):
         """The request whose body is being read."""
         self.fresh: FrontRequest | None = None
         """A request whose exchange was started in the current read: if its body ends in
-        the same read, it is sent upstream at once (`send_now`)."""
+        the same read, it is sent upstream at once (`send_on_arrival`)."""
         self.queue: collections.deque[FrontRequest] = collections.deque()
         self.task: asyncio.Task[None] | None = None
-        self.relay: FrontRelay | None = None
+        self.relay: Http1Relay | None = None
         self.pending: Pending | None = None
-        self.writing_paused = False
-        self.reading_paused = False
-        self._drain: asyncio.Future[None] | None = None
         self._idle: asyncio.TimerHandle | None = None
+
+    @property
+    def closing(self) -> bool:
+        return self.front.closing
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.flow = FlowControl(self.transport)
         peer = transport.get_extra_info("peername")
         self.remote = str(peer[0]) if isinstance(peer, tuple) else ""
         self.front.connections.add(self)
@@ -244,26 +203,19 @@ class FrontConnection(asyncio.Protocol):
         if self._linger is not None:
             self._linger.cancel()
         if self.current is not None:
-            self.current.content.fail(ClientGone("the client closed the connection"))
+            self.current.body.fail(ClientGone("the client closed the connection"))
         relay = self.relay
         if self.task is not None and not (relay is not None and relay.delivered()):
             # aiohttp's handler_cancellation: the exchange ends as `client_disconnected`
             # (or `shutdown`) and the upstream connection is closed, so Ollama stops.
             self.task.cancel()
-        self.writing_paused = False
-        self._wake_writer()
+        self.flow.lost(None)
 
     def pause_writing(self) -> None:
-        self.writing_paused = True
+        self.flow.pause_writing()
 
     def resume_writing(self) -> None:
-        self.writing_paused = False
-        self._wake_writer()
-
-    async def drain(self) -> None:
-        if self.writing_paused and not self.transport.is_closing():
-            self._drain = asyncio.get_running_loop().create_future()
-            await self._drain
+        self.flow.resume_writing()
 
     # -- llhttp callbacks ---------------------------------------------------------------
 
@@ -280,7 +232,7 @@ class FrontConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.current is None:  # else a chunked body's trailer: not relayed
-            # wire.text inline: a call less per name and value of every request.
+            # text() inline: a call less per name and value of every request.
             self.header_list.append(
                 (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
             )
@@ -293,19 +245,18 @@ class FrontConnection(asyncio.Protocol):
         self.in_head = False
         parser = self.parser
         assert parser is not None  # a callback of its own feed_data
-        method = parser.get_method().decode("ascii", "surrogateescape")
         target = text(b"".join(self.url))
         request = FrontRequest(
             self,
-            method,
+            parser.get_method().decode("ascii", "surrogateescape"),
             target,
             CIMultiDict(self.header_list),
+            self.remote,
+            arrived,
             parser.should_keep_alive() and not self.front.closing,
-            _has_body(self.header_list),
         )
-        request.arrived = arrived
         request.longest_field = self.longest_field
-        if not self.front.serves(method, parser.get_http_version(), request, target):
+        if not self.front.rule.serves(parser.get_http_version(), request, target):
             self.pending = "hand-off" if self.whole else "refuse"
             raise _HandOff
         self.current = request
@@ -323,15 +274,15 @@ class FrontConnection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         if self.current is not None:
-            self.current.content.feed(body)
+            self.current.body.feed(body)
 
     def on_message_complete(self) -> None:
         request = self.current
         if request is not None:
-            request.content.feed_eof()
+            request.body.feed_eof()
             self.current = None
             if request is self.fresh:
-                self.send_now(request)
+                send_on_arrival(self.front.pool, self.front.tap.target, request)
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -349,38 +300,14 @@ class FrontConnection(asyncio.Protocol):
         self._disarm_idle()
         self.task = asyncio.get_running_loop().create_task(self.serve(request))
 
-    def send_now(self, request: FrontRequest) -> None:
-        """Send a request that arrived whole upstream from this callback, on an idle pooled
-        connection, before its exchange is made; the relay adopts the reply.
-
-        Why: the exchange's task runs only after every other callback of this loop turn
-        (other streams' tokens, other requests), and making the Exchange and its relay
-        costs as much again; under load that was a few hundred microseconds of the first
-        token's wait. The bytes are those the relay would send (`wire.upstream_head`).
-        Without an idle connection the relay connects, as before.
-        """
-        conn = self.front.pool.idle()
-        if conn is None:
-            return
-        fwd = self.front.fwd
-        body = request.content.whole() if request.body_exists else None
-        head, _ = wire.upstream_head(
-            request.method,
-            fwd.target_path(cast(web.Request, request)),
-            request.headers.items(),
-            fwd.upstream_host,
-            body,
-            False,
-        )
-        request.sent = conn.send(head + (body or b""), request.method == "HEAD", True)
-        self.front.sent_on_arrival += 1
-
     async def serve(self, request: FrontRequest) -> None:
         transport = self.transport
+        front = self.front
+        relay = self.relay = Http1Relay(front.tap, front.pool, self, request)
         try:
-            resp = await self.front.fwd.handle(cast(web.Request, request), self._relay)
+            await front.tap.drive(relay)
         except (asyncio.CancelledError, Exception):
-            # Cancelled (client gone, shutdown) or a bug the forwarder logged and recorded:
+            # Cancelled (client gone, shutdown) or a bug the driver logged and recorded:
             # either way the client's reply was cut there, and so is the connection.
             transport.abort()
             return
@@ -388,16 +315,13 @@ class FrontConnection(asyncio.Protocol):
             self.task = self.relay = None
             if request.sent is not None:  # never adopted: the exchange ended before its send
                 request.sent.drop()
-        keep = request.keep_alive and not self.front.closing
-        if resp is not WRITTEN and not transport.is_closing():
-            transport.write(error_response(resp, keep))
-        if not request.content.is_eof():
+        if not request.body.is_eof():
             # The exchange ended before its upload (Ollama answered early): the rest of the
             # body is read and dropped for up to LINGER_SECONDS, as aiohttp's server does,
             # keeping the connection if it ends in time.
-            request.content.discard()
+            request.body.discard()
             self._linger = asyncio.get_running_loop().call_later(LINGER_SECONDS, self._lingered)
-        self.after_exchange(keep)
+        self.after_exchange(request.keep_alive and not front.closing)
 
     def after_exchange(self, keep: bool) -> None:
         """The exchange ended: the next request in order, else a deferred hand-off, else
@@ -418,10 +342,6 @@ class FrontConnection(asyncio.Protocol):
         else:
             self._arm_idle()
 
-    def _relay(self, fwd: Forwarder, request: web.Request, ex: Exchange) -> _Relay:
-        relay = self.relay = cast(FrontRelay, self.front.make_relay(fwd, request, ex))
-        return relay
-
     def hand_off(self) -> None:
         """Give the connection, and every byte of the current request, to aiohttp."""
         self.front.connections.discard(self)
@@ -432,15 +352,14 @@ class FrontConnection(asyncio.Protocol):
         handler = self.front.aiohttp_protocol()
         transport.set_protocol(handler)
         handler.connection_made(transport)
-        if self.reading_paused:
+        if self.flow.reading_paused:
             transport.resume_reading()
         if data:
             handler.data_received(data)
 
     def refuse(self) -> None:
         body = error_body("ollama", 400, _REFUSED_PIPELINED)
-        resp = web.Response(status=400, body=body, content_type="application/json")
-        self.transport.write(error_response(resp, keep_alive=False))
+        self.transport.write(error_response(400, body, keep_alive=False))
         self.transport.close()
 
     def unparseable(self, exc: Exception) -> None:
@@ -456,7 +375,7 @@ class FrontConnection(asyncio.Protocol):
             return
         log.info("front_unparseable", error=str(exc) or type(exc).__name__)
         if self.current is not None:
-            self.current.content.fail(ClientGone(f"the request could not be parsed: {exc}"))
+            self.current.body.fail(ClientGone(f"the request could not be parsed: {exc}"))
         self.transport.abort()
 
     def _lingered(self) -> None:
@@ -470,22 +389,11 @@ class FrontConnection(asyncio.Protocol):
             self.transport.close()
 
     def pause_reading(self) -> None:
-        if not self.reading_paused and not self.transport.is_closing():
-            self.reading_paused = True
-            self.transport.pause_reading()
+        self.flow.pause_reading()
 
     def resume_reading(self) -> None:
-        if self.reading_paused and len(self.queue) < MAX_QUEUED:
-            self.reading_paused = False
-            if not self.transport.is_closing():
-                self.transport.resume_reading()
-
-    # -- internals ----------------------------------------------------------------------
-
-    def _wake_writer(self) -> None:
-        waiter, self._drain = self._drain, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if len(self.queue) < MAX_QUEUED:
+            self.flow.resume_reading()
 
     def _arm_idle(self) -> None:
         self._disarm_idle()
@@ -496,11 +404,3 @@ class FrontConnection(asyncio.Protocol):
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
-
-
-def _has_body(headers: list[tuple[str, str]]) -> bool:
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == "transfer-encoding" or (lowered == "content-length" and value.strip() != "0"):
-            return True
-    return False

@@ -1,17 +1,22 @@
-"""One keep-alive HTTP/1.1 connection to Ollama: requests out, replies parsed in callbacks."""
+"""Keep-alive HTTP/1.1 connections to the one upstream, opened on demand and reused (no cap);
+requests out, replies parsed in the socket's callbacks."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, cast
+import collections
+import ssl
+from typing import Final, cast
 
-from proxy.fastrelay.errors import UpstreamGone
-from proxy.fastrelay.reply import Reply
+from yarl import URL
 
-if TYPE_CHECKING:
-    from proxy.fastrelay.pool import UpstreamPool
+from proxy.relay.failures import READ_TIMEOUT_MESSAGE, UpstreamGone, UpstreamUnreachable
+from proxy.relay.http1.flow import FlowControl
+from proxy.relay.http1.reply import Reply
 
-_READ_TIMEOUT_MESSAGE = "Timeout on reading data from socket"
+IDLE_SECONDS: Final = 15.0
+"""An idle connection older than this is closed, not reused (aiohttp's keep-alive timeout):
+it may be closing at the upstream's end just as a request is written to it."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -21,13 +26,12 @@ class UpstreamConnection(asyncio.Protocol):
         self.pool = pool
         self.loop = loop
         self.transport: asyncio.Transport | None = None
+        self.flow = cast(FlowControl, None)
+        """Made in `connection_made`: the pool hands out only connections that were."""
         self.reply: Reply | None = None
         self.uses = 0
         self.idle_since = 0.0
         self.request_sent = False
-        self._reading_paused = False
-        self._writing_paused = False
-        self._drain: asyncio.Future[None] | None = None
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
@@ -39,6 +43,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.flow = FlowControl(self.transport)
 
     def data_received(self, data: bytes) -> None:
         reply = self.reply
@@ -53,17 +58,16 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport = None
         self.pool.forget(self)
         self._stop_timer()
-        self._wake_writer(UpstreamGone("Ollama closed the connection"))
+        self.flow.lost(UpstreamGone("Ollama closed the connection"))
         reply, self.reply = self.reply, None
         if reply is not None:
             reply.lost(exc)
 
     def pause_writing(self) -> None:
-        self._writing_paused = True
+        self.flow.pause_writing()
 
     def resume_writing(self) -> None:
-        self._writing_paused = False
-        self._wake_writer(None)
+        self.flow.resume_writing()
 
     # -- requests -----------------------------------------------------------------------
 
@@ -83,9 +87,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def drain(self) -> None:
         """Wait while the socket's send buffer is above its high-water mark."""
-        if self._writing_paused:
-            self._drain = self.loop.create_future()
-            await self._drain
+        await self.flow.drain()
         if self.transport is None:
             raise UpstreamGone("Ollama closed the connection while the request was sent")
 
@@ -110,25 +112,14 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.abort()
 
     def pause_reading(self) -> None:
-        if not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        self.flow.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._reading_paused and self.transport is not None:
-            self._reading_paused = False
+        if self.flow.reading_paused:
             self._last_read = self.loop.time()
-            self.transport.resume_reading()
+            self.flow.resume_reading()
 
-    # -- internals ----------------------------------------------------------------------
-
-    def _wake_writer(self, error: BaseException | None) -> None:
-        waiter, self._drain = self._drain, None
-        if waiter is not None and not waiter.done():
-            if error is None:
-                waiter.set_result(None)
-            else:
-                waiter.set_exception(error)
+    # -- the read timeout ---------------------------------------------------------------
 
     def _start_timer(self) -> None:
         # One timer per request, re-armed lazily from the last read, rather than a timer
@@ -150,7 +141,7 @@ class UpstreamConnection(asyncio.Protocol):
         if timeout is None or reply is None or reply.ended:
             return
         now = self.loop.time()
-        if self._reading_paused:
+        if self.flow.reading_paused:
             # A socket paused because the client reads slowly is not a silent upstream.
             self._last_read = now
         due = self._last_read + timeout
@@ -158,4 +149,73 @@ class UpstreamConnection(asyncio.Protocol):
             self._timer = self.loop.call_at(due, self._check_timeout)
             return
         self._timer = None
-        reply.fail(TimeoutError(_READ_TIMEOUT_MESSAGE))
+        reply.fail(TimeoutError(READ_TIMEOUT_MESSAGE))
+
+
+class UpstreamPool:
+    """Connections to `url`. There is no cap: a cap would queue requests where nobody can
+    see them; Ollama has its own queue and reports it."""
+
+    def __init__(self, url: URL, connect_timeout: float, read_timeout: float | None) -> None:
+        self.host = url.host or "127.0.0.1"
+        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.ssl = ssl.create_default_context() if url.scheme == "https" else None
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._idle: collections.deque[UpstreamConnection] = collections.deque()
+        self._open: set[UpstreamConnection] = set()
+
+    async def acquire(self) -> UpstreamConnection:
+        """The most recently used live idle connection, else a new one."""
+        return self.idle() or await self._connect(asyncio.get_running_loop())
+
+    def idle(self) -> UpstreamConnection | None:
+        """The most recently used live idle connection, if there is one."""
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.usable and conn.loop.time() - conn.idle_since < IDLE_SECONDS:
+                return conn
+            conn.abort()
+        return None
+
+    def release(self, conn: UpstreamConnection) -> None:
+        now = conn.loop.time()
+        conn.idle_since = now
+        self._idle.append(conn)
+        while self._idle and now - self._idle[0].idle_since >= IDLE_SECONDS:
+            self._idle.popleft().abort()
+
+    def forget(self, conn: UpstreamConnection) -> None:
+        """A connection closed; a stale entry left among the idle ones is skipped later."""
+        self._open.discard(conn)
+
+    def close(self) -> None:
+        for conn in list(self._open):
+            conn.abort()
+        self._idle.clear()
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop) -> UpstreamConnection:
+        # The messages are aiohttp's, so both transports report a dead upstream alike.
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, conn = await loop.create_connection(
+                    lambda: UpstreamConnection(self, loop),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl else None,
+                )
+        except TimeoutError:
+            raise TimeoutError(f"Connection timeout to host {self._origin}") from None
+        except OSError as exc:
+            why = exc.strerror or str(exc) or type(exc).__name__
+            raise UpstreamUnreachable(
+                f"Cannot connect to host {self.host}:{self.port} ssl:default [{why}]"
+            ) from exc
+        self._open.add(conn)
+        return conn
+
+    @property
+    def _origin(self) -> str:
+        scheme = "https" if self.ssl else "http"
+        return f"{scheme}://{self.host}:{self.port}"

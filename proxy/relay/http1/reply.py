@@ -5,27 +5,52 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httptools
 
-from proxy.fastrelay.errors import UpstreamGone
-from proxy.fastrelay.wire import text
+from proxy.relay.failures import UpstreamGone
+from proxy.relay.headers import text
 
-if TYPE_CHECKING:
-    from proxy.fastrelay.connection import UpstreamConnection
-    from proxy.fastrelay.relay import FastRelay
+
+class Link(Protocol):
+    """What a reply needs of the upstream connection it is read off (`pool.py`)."""
+
+    loop: asyncio.AbstractEventLoop
+    uses: int
+    """Requests this connection has carried (a reused one may have been closed under us)."""
+
+    def abort(self) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def reply_ended(self, reply: Reply) -> None: ...
+
+
+class ReplySink:
+    """Where a reply's body goes: called inside the upstream socket's callback, so neither
+    method may raise or block. A base class rather than a Protocol so that compiled, the
+    per-piece call is direct (docs/architecture.md, mypyc)."""
+
+    def reply_body(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def reply_end(self) -> None:
+        """The reply ended: complete, or with `Reply.error` set."""
+        raise NotImplementedError
 
 
 class Reply:
-    """A response being read off an `UpstreamConnection`.
+    """A response being read off an upstream connection.
 
     The head resolves `head`; body pieces go straight to the attached sink (or wait in
     `pending` until one is attached, with the socket paused); the end is reported once, as
     `ended` plus `error` (None when the reply was complete).
     """
 
-    def __init__(self, conn: UpstreamConnection, head_only: bool) -> None:
+    def __init__(self, conn: Link, head_only: bool) -> None:
         self.conn = conn
         self.head_only = head_only
         """A reply to HEAD: it ends with its head whatever its Content-Length says."""
@@ -38,9 +63,7 @@ class Reply:
         """Monotonic time the head was parsed (the Exchange's `response_started`)."""
         self.reason = ""
         self.headers: list[tuple[str, str]] = []
-        self.sink: FastRelay | None = None
-        """Where the body goes: the relay's `reply_body` and `reply_end`, called inside the
-        socket callback (the relay's own type, not a Protocol: compiled, the call is direct)."""
+        self.sink: ReplySink | None = None
         self.on_head: Callable[[], None] | None = None
         """Called inside the socket callback once the head is parsed, before any body byte
         is handed on: a relay that can begin its reply there (attach a sink, write) saves
@@ -77,7 +100,7 @@ class Reply:
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.head.done():
             return  # a chunked reply's trailer: not part of the head that was relayed
-        # wire.text inline: a call less per name and value of every reply.
+        # text() inline: a call less per name and value of every reply.
         self.headers.append(
             (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
         )
@@ -113,7 +136,7 @@ class Reply:
 
     # -- the relay's side ---------------------------------------------------------------
 
-    def attach(self, sink: FastRelay) -> None:
+    def attach(self, sink: ReplySink) -> None:
         """Send the body (what already arrived first) to `sink` from now on."""
         self.sink = sink
         self._flush()
@@ -170,7 +193,7 @@ class Reply:
 
     def _flush(self) -> None:
         """Hand what the last read brought to the sink, or hold the socket until one is
-        attached (the handler is still preparing the client's response)."""
+        attached (the relay has not begun the client's response yet)."""
         if not self.pending:
             return
         if self.sink is None:

@@ -1,0 +1,70 @@
+"""The data path: how bytes move between the app and Ollama, on one of two transports.
+
+What `http1/serves.py` accepts goes through `http1/` (llhttp on both sides, the default,
+`relay = "fast"`); everything else, and everything under `relay = "aiohttp"`, goes through
+`aiohttp_relay.py`. Both hold a `tap.Tapped` per exchange, which fills the Exchange and fires
+the hooks; `headers.py` has the header rules both follow (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Final
+
+from aiohttp import web
+
+from proxy.config import Settings
+from proxy.hooks import Hooks
+from proxy.relay.aiohttp_relay import SESSION, AiohttpTransport, make_session
+from proxy.relay.http1.pool import UpstreamPool
+from proxy.relay.http1.server import Front
+from proxy.relay.http1.serves import OwnedPaths, Rule
+from proxy.relay.http1.site import FrontSite
+from proxy.relay.tap import Tap
+
+__all__ = ["FRONT", "SESSION", "TAP", "install", "make_session", "make_site"]
+
+TAP: Final = web.AppKey("tap", Tap)
+FRONT: Final = web.AppKey("front", Front)
+"""The HTTP/1 transport's server (relay = "fast"); absent with the aiohttp transport."""
+
+
+def install(app: web.Application, settings: Settings, hooks: Hooks) -> Tap:
+    """Set up the data path: the driver, the transport(s), the catch-all route and shutdown.
+
+    Called last: the catch-all route must follow the proxy's own, and the HTTP/1
+    transport's rule reads the proxy's own paths from the router as it is then.
+    """
+    tap = app[TAP] = Tap(settings, hooks)
+    if settings.relay == "fast":
+        pool = UpstreamPool(settings.upstream_url, settings.connect_timeout, settings.read_timeout)
+        rule = Rule(OwnedPaths(app.router), check_host=settings.loopback_bind)
+        app[FRONT] = Front(tap, pool, rule)
+
+        async def close_pool(_: web.Application) -> None:
+            pool.close()  # after in-flight exchanges ended (cleanup follows shutdown)
+
+        app.on_cleanup.append(close_pool)
+    app.on_shutdown.append(_shut_down)
+    app.router.add_route("*", "/{tail:.*}", AiohttpTransport(tap, app).handle)
+    return tap
+
+
+async def _shut_down(app: web.Application) -> None:
+    grace = app[TAP].settings.shutdown_grace
+    app[TAP].shut_down(grace)
+    if FRONT in app:
+        # The front's exchanges are not aiohttp's handlers, which the runner waits for:
+        # they are waited for here, before the recorder is stopped in cleanup.
+        app[FRONT].close_idle()
+        await app[FRONT].wait_exchanges(grace + 5)
+
+
+def make_site(
+    runner: web.AppRunner, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> web.TCPSite:
+    """The listening site: the HTTP/1 transport's when the app has one, else aiohttp's."""
+    app = runner.app
+    if FRONT in app:
+        return FrontSite(runner, app[FRONT], host, port, ssl_context=ssl_context)
+    return web.TCPSite(runner, host, port, ssl_context=ssl_context)

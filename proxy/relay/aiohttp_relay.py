@@ -1,0 +1,191 @@
+"""The aiohttp transport: aiohttp's server and client on both sides of the relay.
+
+It serves `--relay aiohttp`, and with the HTTP/1 transport every request that transport's
+rule hands to aiohttp's server (HTTP/1.0, `Expect`, odd framing, a connection after one).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+import aiohttp
+from aiohttp import hdrs, web
+
+from proxy.exchange import Outcome
+from proxy.relay.failures import AIOHTTP_BROKEN_OFF, no_reply
+from proxy.relay.headers import MAX_FIELD, downstream_headers, upstream_headers
+from proxy.relay.incoming import Incoming
+from proxy.relay.tap import Tap, Tapped
+
+SESSION: Final = web.AppKey("session", aiohttp.ClientSession)
+"""The one upstream client of the app (also the poller's and the vocabulary loader's)."""
+_SERVER_ADDED: Final = (hdrs.SERVER, hdrs.DATE, hdrs.CONTENT_TYPE)
+"""Headers aiohttp's server may add on its own; removed again unless Ollama sent them."""
+
+
+def make_session() -> aiohttp.ClientSession:
+    """The one upstream client: transparent by construction.
+
+    No headers of its own (the client's are relayed as they are), no decompression, no
+    cookie jar, no proxy from the environment, and no connection cap (a cap would queue
+    requests where nobody can see them; Ollama has its own queue and reports it).
+    """
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        # A reply header up to what the proxy's server accepts from clients (the HTTP/1
+        # transport's parser has no limit of its own), not aiohttp's 8,190 bytes.
+        max_field_size=MAX_FIELD,
+    )
+
+
+class RelayResponse(web.StreamResponse):
+    """A StreamResponse that adds no header the upstream did not send.
+
+    aiohttp's server fills in Server, Date and a default Content-Type; a transparent proxy
+    must not, so they are taken out again after aiohttp prepared its headers (an override
+    of a private method: aiohttp is pinned for it, tests/relay/test_site.py checks it).
+    """
+
+    async def _prepare_headers(self) -> None:
+        sent = {k for k in self.headers if k in _SERVER_ADDED}
+        await super()._prepare_headers()
+        for name in _SERVER_ADDED:
+            if name not in sent:
+                self.headers.popall(name, None)
+        request = self._req
+        if (
+            request is not None
+            and request.version < aiohttp.HttpVersion11
+            and self.keep_alive
+            and hdrs.CONNECTION not in self.headers
+        ):
+            # A reply without a length to an HTTP/1.0 client ends where the connection
+            # closes (RFC 9112 §6.3): aiohttp leaves out `Connection: keep-alive` for it
+            # but does not record that it must close, and would keep the connection, so
+            # the client could never tell where the reply (every Ollama stream) ends.
+            self.force_close()
+
+
+class AiohttpTransport:
+    """The catch-all handler of aiohttp's router: every request it gets goes to Ollama."""
+
+    def __init__(self, tap: Tap, app: web.Application) -> None:
+        self.tap = tap
+        self.app = app
+        settings = tap.settings
+        self.timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout, sock_read=settings.read_timeout
+        )
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        return await self.tap.drive(AiohttpRelay(self, request))
+
+
+class AiohttpRelay:
+    """The relay of one exchange through aiohttp's client and server."""
+
+    def __init__(self, transport: AiohttpTransport, request: web.Request) -> None:
+        self.transport = transport
+        self.tap = transport.tap
+        self.request = request
+        self.incoming = Incoming(
+            request.method,
+            request.rel_url,
+            request.headers,
+            request.remote or "",
+            # aiohttp's server does not say when the head arrived; its handler starts a
+            # little later (the HTTP/1 transport stamps the head itself).
+            time.monotonic(),
+            request.content,
+            request.body_exists,
+        )
+        self.tapped = Tapped(self.tap, self.incoming)
+        self.upstream: aiohttp.ClientResponse | None = None
+        self.response: RelayResponse | None = None
+
+    async def run(self) -> web.StreamResponse:
+        tapped, request, target = self.tapped, self.request, self.tap.target
+        data = await tapped.upload(self.incoming)
+        if data is None or isinstance(data, bytes):
+            tapped.fire_request()  # aiohttp's client gives no moment between send and reply
+        try:
+            up = await self.transport.app[SESSION].request(
+                request.method,
+                target.full(request.rel_url.raw_path_qs),
+                headers=upstream_headers(request.headers.items(), target.host),
+                data=data,
+                allow_redirects=False,
+                timeout=self.transport.timeout,
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            if self.client_gone():
+                self.finish(Outcome.CLIENT_DISCONNECTED)
+                return web.Response(status=499)
+            status, message = no_reply(target.url, exc, isinstance(exc, AIOHTTP_BROKEN_OFF))
+            return await self.proxy_error(status, message, Outcome.UPSTREAM_UNREACHABLE)
+        self.upstream = up
+        try:
+            return await self.relay(up)
+        finally:
+            up.close()
+
+    async def relay(self, up: aiohttp.ClientResponse) -> web.StreamResponse:
+        tapped = self.tapped
+        tapped.reply_head(up.status, up.headers)
+        tapped.announce()
+        resp = self.response = RelayResponse(status=up.status, reason=up.reason)
+        resp.headers.extend(downstream_headers(up.headers))
+        try:
+            await resp.prepare(self.request)
+            async for data in up.content.iter_any():
+                await resp.write(data)
+                tapped.read_piece(data, time.monotonic())
+        except ConnectionResetError:
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
+            # The upstream cut its reply: cut the client's connection the same way, so the
+            # client sees the truncated reply a direct connection would have given it.
+            self.abort_client()
+            self.finish(tapped.cut(exc))
+            return resp
+        at = time.monotonic()
+        try:
+            await resp.write_eof()
+        except ConnectionResetError:
+            self.finish(Outcome.CLIENT_DISCONNECTED)
+            return resp
+        written = time.monotonic()
+        tapped.close_reader(at)
+        self.finish(tapped.outcome(), written)
+        return resp
+
+    def reply_started(self) -> bool:
+        return self.response is not None and self.response.prepared
+
+    def client_gone(self) -> bool:
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+    def abort_client(self) -> None:
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+
+    async def proxy_error(self, status: int, message: str, outcome: Outcome) -> web.Response:
+        body = self.tapped.proxy_error(status, message)
+        resp = web.Response(status=status, body=body, content_type="application/json")
+        self.finish(outcome)
+        return resp
+
+    def finish(self, outcome: Outcome, at: float | None = None) -> None:
+        if self.upstream is not None:
+            # Closing (not releasing) the upstream connection is how Ollama learns the
+            # client is gone and stops generating.
+            self.upstream.close()
+        self.tapped.finish(outcome, at)
