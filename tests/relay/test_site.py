@@ -1,0 +1,32 @@
+"""The private parts of aiohttp the data path relies on are still there (aiohttp is pinned
+below its next minor version for them; this says which to check when that pin moves)."""
+
+from __future__ import annotations
+
+import inspect
+
+from aiohttp import web
+
+from proxy.relay.aiohttp_relay import RelayResponse
+
+
+async def test_tcpsite_keeps_the_attributes_frontsite_reads() -> None:
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=7, reuse_address=True)
+        for name in ("_runner", "_host", "_port", "_ssl_context", "_backlog", "_reuse_address"):
+            assert hasattr(site, name), name
+        assert hasattr(site, "_reuse_port") and hasattr(site, "_server")
+        assert (site._runner, site._host, site._backlog) == (runner, "127.0.0.1", 7)
+        assert "self._server" in inspect.getsource(web.BaseSite.stop)
+    finally:
+        await runner.cleanup()
+
+
+def test_streamresponse_still_prepares_its_headers_in_the_overridden_method() -> None:
+    """RelayResponse removes what aiohttp adds in `_prepare_headers` and reads `_req`."""
+    assert inspect.iscoroutinefunction(web.StreamResponse._prepare_headers)
+    assert "_prepare_headers" in inspect.getsource(web.StreamResponse._start)
+    assert web.StreamResponse()._req is None  # the request, once prepared
+    assert RelayResponse._prepare_headers is not web.StreamResponse._prepare_headers

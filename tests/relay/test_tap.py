@@ -1,0 +1,278 @@
+"""The exchange driver without a transport: hook order, outcomes and error shapes, each
+step fed by hand as a transport would feed it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+from prometheus_client import CollectorRegistry
+from yarl import URL
+
+from proxy.config import Settings
+from proxy.exchange import Exchange, Outcome, OutputChunk
+from proxy.hooks import Hooks
+from proxy.relay.incoming import Incoming
+from proxy.relay.tap import Tap, Tapped
+
+NDJSON = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/x-ndjson"}))
+JSON = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json; charset=utf-8"}))
+LINE = b'{"model":"m","created_at":"2026-01-01T00:00:00Z","response":"%s","done":false}\n'
+FINAL = (
+    b'{"model":"m","created_at":"2026-01-01T00:00:01Z","response":"","done":true,'
+    b'"done_reason":"stop","total_duration":9,"prompt_eval_count":3,"eval_count":2}\n'
+)
+
+
+class Calls:
+    """An observer that writes down each hook it gets, with the outcome at the end."""
+
+    name = "calls"
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def request(self, ex: Exchange) -> None:
+        self.seen.append(("request", ex.request.model if ex.request else None))
+
+    def response_headers(self, ex: Exchange) -> None:
+        self.seen.append(("response_headers", ex.status))
+
+    def chunk(self, ex: Exchange, piece: OutputChunk) -> None:
+        self.seen.append(("chunk", piece.text))
+
+    def response(self, ex: Exchange) -> None:
+        self.seen.append(("response", ex.outcome))
+
+    def error(self, ex: Exchange) -> None:
+        self.seen.append(("error", ex.outcome))
+
+
+class Body:
+    """A body source that has all of `pieces`, or gets them one by one (`streamed`)."""
+
+    def __init__(self, pieces: list[bytes], streamed: bool = False) -> None:
+        self.pieces = pieces
+        self.streamed = streamed
+
+    def is_eof(self) -> bool:
+        return not self.streamed
+
+    async def read(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def iter_any(self) -> AsyncIterator[bytes]:
+        return self._each()
+
+    async def _each(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            await asyncio.sleep(0)
+            yield piece
+
+
+def tapped(
+    path: str = "/api/generate", body: Body | None = None, **settings: Any
+) -> tuple[Tapped, Calls]:
+    """An exchange as a transport would make it (its request is at `.incoming`)."""
+    calls = Calls()
+    tap = Tap(
+        Settings(upstream="http://127.0.0.1:11434", **settings), Hooks([calls], CollectorRegistry())
+    )
+    incoming = Incoming(
+        "POST",
+        URL(path),
+        CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json"})),
+        "127.0.0.1",
+        asyncio.get_event_loop().time(),
+        body or Body([b'{"model":"m","prompt":"hi"}']),
+        True,
+    )
+    made = Tapped(tap, incoming)
+    made.incoming = incoming  # type: ignore[attr-defined]
+    return made, calls
+
+
+async def test_a_streamed_reply_fires_every_hook_once_in_order() -> None:
+    t, calls = tapped()
+    assert await t.upload(t.incoming) is not None  # type: ignore[attr-defined]
+    t.fire_request()
+    t.reply_head(200, NDJSON, 1.0)
+    t.announce()
+    t.read_piece(LINE % b"a" + LINE % b"b", 2.0)
+    t.read_piece(FINAL, 3.0)
+    t.close_reader(3.0)
+    t.finish(t.outcome(), 3.0)
+    t.finish(Outcome.PROXY_ERROR)  # a second end changes nothing
+    assert calls.seen == [
+        ("request", "m"),
+        ("response_headers", 200),
+        ("chunk", "a"),
+        ("chunk", "b"),
+        ("response", Outcome.OK),
+    ]
+    assert t.ex.output_events == 2 and t.ex.ended == 3.0 and t.ex.response_bytes > 0
+
+
+async def test_the_body_at_hand_is_teed_and_parsed_once() -> None:
+    t, calls = tapped()
+    incoming_body = await t.upload(t.incoming)  # type: ignore[attr-defined]
+    assert incoming_body == b'{"model":"m","prompt":"hi"}'
+    t.fire_request()
+    t.fire_request()
+    assert calls.seen == [("request", "m")]
+    assert t.ex.request_body == incoming_body and t.ex.request_bytes == len(incoming_body)
+
+
+async def test_a_streamed_body_fires_the_request_hook_at_its_end() -> None:
+    t, calls = tapped(body=Body([b'{"model":', b'"m2"}'], streamed=True))
+    stream = await t.upload(t.incoming)  # type: ignore[attr-defined]
+    assert not isinstance(stream, bytes) and stream is not None
+    pieces = []
+    async for piece in stream:
+        assert calls.seen == []
+        pieces.append(piece)
+    assert pieces == [b'{"model":', b'"m2"}'] and calls.seen == [("request", "m2")]
+
+
+async def test_a_body_past_the_tee_limit_is_relayed_but_not_parsed() -> None:
+    t, calls = tapped(
+        body=Body([b'{"model":"m","prompt":"' + b"x" * 100 + b'"}']), body_tee_limit=50
+    )
+    await t.upload(t.incoming)  # type: ignore[attr-defined]
+    t.fire_request()
+    assert t.ex.request is not None and t.ex.request.truncated
+    assert t.ex.request_body is None and t.ex.request_bytes > 50
+    assert calls.seen == [("request", None)]
+
+
+@pytest.mark.parametrize(
+    ("path", "shape"),
+    [
+        ("/api/chat", {"error": "ollama-tap: no"}),
+        ("/v1/chat/completions", "openai"),
+        ("/v1/messages", "anthropic"),
+    ],
+)
+async def test_a_proxy_made_error_takes_the_route_familys_shape(path: str, shape: Any) -> None:
+    t, calls = tapped(path)
+    body = orjson.loads(t.proxy_error(502, "ollama-tap: no"))
+    t.finish(Outcome.UPSTREAM_UNREACHABLE)
+    if shape == "openai":
+        assert body["error"]["message"] == "ollama-tap: no"
+    elif shape == "anthropic":
+        assert body["type"] == "error" and body["error"]["message"] == "ollama-tap: no"
+    else:
+        assert body == shape
+    assert (t.ex.status, t.ex.error_message) == (502, "ollama-tap: no")
+    assert calls.seen == [
+        ("request", None),
+        ("error", Outcome.UPSTREAM_UNREACHABLE),
+    ]  # no body teed
+
+
+@pytest.mark.parametrize(
+    ("pieces", "outcome"),
+    [
+        ([LINE % b"a"], Outcome.INCOMPLETE),  # cut before the final object
+        ([LINE % b"a", FINAL], Outcome.OK),  # the client has every line
+    ],
+)
+async def test_a_cut_stream_ends_as_far_as_it_got(pieces: list[bytes], outcome: Outcome) -> None:
+    t, _ = tapped()
+    t.reply_head(200, NDJSON)
+    t.announce()
+    for piece in pieces:
+        t.read_piece(piece, 1.0)
+    assert t.cut(ConnectionResetError("gone")) is outcome
+    assert t.ex.error_message is not None and "upstream cut the reply" in t.ex.error_message
+
+
+async def test_a_cut_single_reply_is_incomplete() -> None:
+    t, _ = tapped()
+    t.reply_head(200, JSON)
+    t.read_piece(b'{"model":"m","done":tr', 1.0)
+    assert t.cut(ConnectionResetError("gone")) is Outcome.INCOMPLETE
+
+
+class Driven:
+    """A relay whose run does what it is told, for the driver's outcome rules."""
+
+    def __init__(self, tapped: Tapped, run: Any, started: bool = False) -> None:
+        self.tapped = tapped
+        self._run = run
+        self.started = started
+        self.aborted = False
+        self.errors: list[tuple[int, str, Outcome]] = []
+
+    async def run(self) -> str:
+        return str(await self._run())
+
+    def reply_started(self) -> bool:
+        return self.started
+
+    def abort_client(self) -> None:
+        self.aborted = True
+
+    def finish(self, outcome: Outcome, at: float | None = None) -> None:
+        self.tapped.finish(outcome, at)
+
+    async def proxy_error(self, status: int, message: str, outcome: Outcome) -> str:
+        self.errors.append((status, message, outcome))
+        self.finish(outcome)
+        return "error"
+
+
+@pytest.mark.parametrize(
+    ("shutting_down", "outcome"), [(False, Outcome.CLIENT_DISCONNECTED), (True, Outcome.SHUTDOWN)]
+)
+async def test_a_cancelled_exchange_ends_as_a_disconnect_or_shutdown(
+    shutting_down: bool, outcome: Outcome
+) -> None:
+    t, calls = tapped()
+    tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
+    tap.shutting_down = shutting_down
+
+    async def cancelled() -> None:
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await tap.drive(Driven(t, cancelled))
+    assert calls.seen[-1] == ("error", outcome)
+
+
+async def test_a_bug_before_the_reply_is_a_500_and_after_it_a_cut() -> None:
+    async def bug() -> None:
+        raise RuntimeError("a bug")
+
+    t, calls = tapped()
+    tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
+    before = Driven(t, bug)
+    assert await tap.drive(before) == "error"
+    assert before.errors[0][0] == 500 and "internal error" in before.errors[0][1]
+    assert calls.seen[-1] == ("error", Outcome.PROXY_ERROR)
+
+    t2, calls2 = tapped()
+    after = Driven(t2, bug, started=True)
+    with pytest.raises(RuntimeError):
+        await tap.drive(after)
+    assert after.aborted and not after.errors
+    assert calls2.seen[-1] == ("error", Outcome.PROXY_ERROR)
+
+
+async def test_shutdown_cancels_what_is_still_in_flight_after_the_grace() -> None:
+    t, calls = tapped()
+    tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
+
+    async def forever() -> None:
+        await asyncio.sleep(60)
+
+    task = asyncio.ensure_future(tap.drive(Driven(t, forever)))
+    await asyncio.sleep(0)
+    tap.shut_down(0.05)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 2)
+    assert calls.seen[-1] == ("error", Outcome.SHUTDOWN)
