@@ -13,7 +13,6 @@ from proxy.ollama.routes import (
     MANAGEMENT_ENDPOINTS,
     NATIVE_GENERATION,
     POLLING_ENDPOINTS,
-    Family,
     endpoint_of,
     family_of,
 )
@@ -25,7 +24,6 @@ __all__ = [
     "MANAGEMENT_ENDPOINTS",
     "NATIVE_GENERATION",
     "POLLING_ENDPOINTS",
-    "Family",
     "Reader",
     "endpoint_of",
     "error_body",
