@@ -13,7 +13,11 @@ from typing import Final
 MODULES: Final = [
     "proxy/exchange.py",
     "proxy/framing.py",
-    "proxy/ollama.py",
+    "proxy/ollama/routes.py",
+    "proxy/ollama/errors.py",
+    "proxy/ollama/request.py",
+    "proxy/ollama/payloads.py",
+    "proxy/ollama/readers.py",
     "proxy/hooks.py",
     "proxy/histogram.py",
     "proxy/names.py",

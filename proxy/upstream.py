@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from proxy.config import Settings
 from proxy.metrics import UpstreamMetrics
 from proxy.names import ModelLabels, is_valid_name, model_key, valid_key
+from proxy.ollama.payloads import count_or_none, count_or_zero, dict_or_none, str_or_empty
 
 POLL_TIMEOUT: Final = aiohttp.ClientTimeout(total=10, sock_connect=3)
 """Polls, not proxied traffic: a slow answer is a failed poll, retried next interval."""
@@ -169,7 +170,9 @@ class UpstreamPoller:
             entries = _entries(data)
             self.labels.set_known("tags", (name for name, _ in entries))
             self._tags = {
-                model_key(name): LocalModel(self.labels.label(name), name, _str(e, "digest"))
+                model_key(name): LocalModel(
+                    self.labels.label(name), name, str_or_empty(e.get("digest"))
+                )
                 for name, e in entries
             }
             await self._update_info()
@@ -221,10 +224,10 @@ class UpstreamPoller:
     def _loaded_model(self, name: str, e: dict[str, Any]) -> LoadedModel:
         return LoadedModel(
             label=self.labels.label(name),
-            digest=_str(e, "digest"),
-            size=_int(e, "size") or 0,
-            size_vram=_int(e, "size_vram") or 0,
-            context_length=_int(e, "context_length"),
+            digest=str_or_empty(e.get("digest")),
+            size=count_or_zero(e.get("size")),
+            size_vram=count_or_zero(e.get("size_vram")),
+            context_length=count_or_none(e.get("context_length")),
         )
 
     def _count_transitions(self, loaded: dict[str, LoadedModel]) -> None:
@@ -272,9 +275,12 @@ class UpstreamPoller:
         except PollError as exc:
             log.debug("poll_failed", error=str(exc))
             return None
-        details = data.get("details")
-        d = details if isinstance(details, dict) else {}
-        return _str(d, "family"), _str(d, "parameter_size"), _str(d, "quantization_level")
+        d = dict_or_none(data.get("details")) or {}
+        return (
+            str_or_empty(d.get("family")),
+            str_or_empty(d.get("parameter_size")),
+            str_or_empty(d.get("quantization_level")),
+        )
 
     def _set_info(self, key: str, labels: tuple[str, str, str, str]) -> None:
         previous = self._info.get(key)
@@ -376,13 +382,3 @@ def _entries(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         if isinstance(name, str) and is_valid_name(name):
             out.append((name, entry))
     return out
-
-
-def _str(entry: dict[str, Any], key: str) -> str:
-    value = entry.get(key)
-    return value if isinstance(value, str) else ""
-
-
-def _int(entry: dict[str, Any], key: str) -> int | None:
-    value = entry.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -387,15 +387,15 @@ async def test_duration_ends_at_the_last_write_not_after_the_replys_parse(
 ) -> None:
     # A single reply is parsed when it ends (an 8 MiB embedding takes tens of ms); made
     # to take 80 ms here, the parse must not count in the client's request duration.
-    from proxy import ollama
+    from proxy.ollama import readers
 
-    parse = ollama._ReplyReader.close
+    parse = readers._ReplyReader.close
 
     def slow(self: Any, at: float) -> list[OutputChunk]:
         time.sleep(0.08)
         return parse(self, at)
 
-    monkeypatch.setattr(ollama._ReplyReader, "close", slow)
+    monkeypatch.setattr(readers._ReplyReader, "close", slow)
     body = b'{"model":"m","embeddings":[[0.5]],"total_duration":5,"load_duration":1}'
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

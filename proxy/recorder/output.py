@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from proxy.ollama import reply_pieces
+from proxy.ollama.payloads import reply_pieces
 
 
 def _tool(text: str) -> Any:

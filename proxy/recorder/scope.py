@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from proxy import ollama
 from proxy.exchange import Exchange
+from proxy.ollama import routes
 from proxy.recorder.timeline import Timeline
 
 
@@ -26,11 +26,11 @@ def scope_of(ex: Exchange, record_routes: bool) -> Scope | None:
     dashboards and clients poll them constantly and they say nothing about inference.
     """
     endpoint = ex.endpoint
-    if endpoint in ollama.INFERENCE_ENDPOINTS or endpoint in ollama.EMBEDDING_ENDPOINTS:
+    if endpoint in routes.INFERENCE_ENDPOINTS or endpoint in routes.EMBEDDING_ENDPOINTS:
         return Scope.FULL
-    if endpoint in ollama.MANAGEMENT_ENDPOINTS:
+    if endpoint in routes.MANAGEMENT_ENDPOINTS:
         return Scope.METADATA
-    if endpoint in ollama.POLLING_ENDPOINTS or ex.method in {"GET", "HEAD"}:
+    if endpoint in routes.POLLING_ENDPOINTS or ex.method in {"GET", "HEAD"}:
         return Scope.METADATA if record_routes else None
     return Scope.METADATA
 
