@@ -48,7 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from overhead import ROOT, debian_tool, free_port, tap_command, variants
+from overhead import ROOT, add_checkout_option, debian_tool, free_port, tap_command, variants
 
 WARMUP: Final = 20
 QUIET: Final = {"OLLAMA_TAP_POLL_INTERVAL": "3600"}
@@ -146,10 +146,11 @@ def measure(
     port: int,
     out: Path,
     args: argparse.Namespace,
+    root: Path = ROOT,
 ) -> tuple[tuple[int, int], tuple[int, int]]:
     """(first token, whole exchange) counts: each as (event loop, other threads)."""
     proc = subprocess.Popen(
-        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command, env=env, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     n = args.requests
     try:
@@ -193,6 +194,7 @@ def parse_args() -> argparse.Namespace:
         metavar="NAME:VAR=VALUE,...",
         help="an extra ollama-tap variant with this environment (repeatable)",
     )
+    add_checkout_option(parser)
     parser.add_argument("--floor", action="store_true", help="also count bench/floor.py")
     parser.add_argument("--keep", type=Path, help="keep callgrind's files in this directory")
     args = parser.parse_args()
@@ -217,7 +219,7 @@ def main() -> int:
     rows: list[tuple[str, tuple[int, int], tuple[int, int]]] = []
     try:
         wait_up(up_port)
-        targets: list[tuple[str, list[str], dict[str, str], int]] = []
+        targets: list[tuple[str, list[str], dict[str, str], int, Path]] = []
         if args.floor:
             port = free_port()
             script = str(ROOT / "bench" / "floor.py")
@@ -227,12 +229,16 @@ def main() -> int:
                     [sys.executable, script, str(port), str(up_port)],
                     dict(os.environ),
                     port,
+                    ROOT,
                 )
             )
         for name, extra in variants(args.tap).items():
             command, env, port = tap_command(name, up_port, tmp, {**QUIET, **extra})
-            targets.append((name, command, env, port))
-        for i, (name, command, env, port) in enumerate(targets):
+            targets.append((name, command, env, port, ROOT))
+        for name, root in args.checkout:
+            command, env, port = tap_command(name, up_port, tmp, QUIET, root)
+            targets.append((name, command, env, port, root))
+        for i, (name, command, env, port, root) in enumerate(targets):
             out = files / f"callgrind.{i}"
             grinding = [
                 grind,
@@ -240,7 +246,7 @@ def main() -> int:
                 "--separate-threads=yes",
                 f"--callgrind-out-file={out}",
             ]
-            first, whole = measure(name, [*grinding, *command], env, port, out, args)
+            first, whole = measure(name, [*grinding, *command], env, port, out, args, root)
             rows.append((name, first, whole))
     finally:
         upstream.send_signal(signal.SIGTERM)

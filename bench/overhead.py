@@ -317,9 +317,10 @@ def start_nginx(
 
 
 def tap_command(
-    name: str, up_port: int, tmp: Path, extra_env: dict[str, str]
+    name: str, up_port: int, tmp: Path, extra_env: dict[str, str], root: Path = ROOT
 ) -> tuple[list[str], dict[str, str], int]:
-    """The command line and environment of an `ollama-tap serve`, and the port it will use."""
+    """The command line and environment of an `ollama-tap serve`, and the port it will use;
+    `root`: another checkout, run with its own .venv (run the command with cwd=root)."""
     port = free_port()
     env = {
         **os.environ,
@@ -328,8 +329,9 @@ def tap_command(
         "OLLAMA_TAP_LOG_LEVEL": "warning",
         **extra_env,
     }
+    python = sys.executable if root == ROOT else str(root / ".venv" / "bin" / "python")
     command = [
-        sys.executable,
+        python,
         "-m",
         "proxy",
         "serve",
@@ -342,13 +344,18 @@ def tap_command(
 
 
 def start_tap(
-    name: str, up_port: int, tmp: Path, extra_env: dict[str, str], pin: Pin = None
+    name: str,
+    up_port: int,
+    tmp: Path,
+    extra_env: dict[str, str],
+    pin: Pin = None,
+    root: Path = ROOT,
 ) -> tuple[subprocess.Popen[bytes], Target]:
-    command, env, port = tap_command(name, up_port, tmp, extra_env)
+    command, env, port = tap_command(name, up_port, tmp, extra_env, root)
     proc = subprocess.Popen(
         command,
         env=env,
-        cwd=ROOT,
+        cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         preexec_fn=pin,
@@ -370,6 +377,7 @@ def parse_args() -> argparse.Namespace:
         help="an extra ollama-tap variant with this environment (repeatable), "
         "e.g. metrics-off:OLLAMA_TAP_METRICS=false",
     )
+    add_checkout_option(parser)
     parser.add_argument("--no-nginx", action="store_true")
     parser.add_argument(
         "--floor",
@@ -401,6 +409,26 @@ def parse_args() -> argparse.Namespace:
         "--only", metavar="WORD", help="run only the workloads whose name contains WORD"
     )
     return parser.parse_args()
+
+
+def add_checkout_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkout",
+        action="append",
+        default=[],
+        type=checkout,
+        metavar="NAME=DIR",
+        help="also measure another checkout of ollama-tap, with its own .venv built there "
+        "(`make .venv/.compiled` in DIR): a build before a change, side by side (repeatable)",
+    )
+
+
+def checkout(spec: str) -> tuple[str, Path]:
+    name, _, folder = spec.partition("=")
+    root = Path(folder).resolve()
+    if not name or not (root / ".venv" / "bin" / "python").exists():
+        raise argparse.ArgumentTypeError(f"{spec}: want NAME=DIR, a checkout with .venv built")
+    return name, root
 
 
 def variants(specs: list[str]) -> dict[str, dict[str, str]]:
@@ -452,6 +480,10 @@ def main() -> int:
         spawned = time.perf_counter()
         for name, env in taps.items():
             proc, target = start_tap(name, up_port, tmp, env, pin)
+            procs.append(proc)
+            targets.append(target)
+        for name, root in args.checkout:
+            proc, target = start_tap(name, up_port, tmp, {}, pin, root)
             procs.append(proc)
             targets.append(target)
         tap = next(t for t in targets if t.name == "ollama-tap")
