@@ -148,7 +148,7 @@ class Workload:
     """The most ollama-tap's added TTFT p50 and p99 may exceed nginx's, in ms."""
 
 
-# The targets are issue 7's (the performance work): checked and printed after the figures.
+# The performance targets (docs/performance.md): checked and printed after the figures.
 LIGHT_TTFT: Final = (0.3, 2.0)
 WORKLOADS = [
     Workload("single (one stream at a time, 5 ms/token)", 1, 20, 0.005, waves=40),

@@ -1,7 +1,7 @@
 """Vocabulary benchmark: GGUF header reading (ours vs gguf-py), vocabulary load, decoding."""
 
 # Run from the repository root: .venv/bin/python -m bench.vocab [VOCAB_DIR]
-# Targets (issue 5): a 100k-token vocabulary loads in ≤ 1 s; 128k ids decode in ≤ 50 ms.
+# Targets: a 100k-token vocabulary loads in ≤ 1 s; 128k ids decode in ≤ 50 ms.
 
 from __future__ import annotations
 

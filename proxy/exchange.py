@@ -94,7 +94,7 @@ class Usage:
         self.eval_count, self.eval_duration = eval_count, eval_duration
         self.prompt_eval_cached_count, self.has_timings = prompt_eval_cached_count, has_timings
 
-    # The derived figures of DESIGN ("Measurements"), defined once for every consumer.
+    # The derived figures of the README's "Measurements", defined once for every consumer.
 
     @property
     def queue_wait_ns(self) -> int:

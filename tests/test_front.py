@@ -371,7 +371,7 @@ async def test_many_pipelined_requests_in_one_read_are_not_a_large_head(
 async def test_a_pipelined_request_is_timed_from_its_arrival(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
-    """DESIGN's client-side clock starts when the request head arrives: a request pipelined
+    """The client-side clock starts when the request head arrives: a request pipelined
     behind a slow one waits for it, and its time to first token says so (it is what its
     client saw), instead of starting when the front got round to it."""
     ends = Spy()

@@ -2,7 +2,7 @@
 
 Every request streams `/api/generate` (or `/api/chat`) and is read by the proxy's own reader
 (`proxy.ollama.reader_for`), so the figures mean exactly what the proxy's metrics mean (see
-DESIGN "Measurements"); client times use `time.perf_counter` from just before the request is
+the README's "Measurements"); client times use `time.perf_counter` from just before the request is
 sent. Figures are taken over successful requests; failed ones are counted by kind (the
 `Outcome` names the metrics use). `--json` prints one document (docs/bench.md)::
 

@@ -75,7 +75,7 @@ function localTime(unixSeconds) {
   );
 }
 
-// DESIGN's guards: decode rate only with eval_count >= 2 and eval_duration >= 1 ms; prefill
+// The README's guards (Measurements): decode rate only with eval_count >= 2 and eval_duration >= 1 ms; prefill
 // rate only when Ollama reported the cached count.
 function decodeRate(r) {
   return r.eval_tokens >= 2 && r.decode >= 1e-3 ? r.eval_tokens / r.decode : null;
