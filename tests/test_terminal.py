@@ -27,7 +27,7 @@ def test_only_a_terminal_gets_the_escapes() -> None:
 
 def test_token_pieces_are_escaped_even_piped(capsys: pytest.CaptureFixture[str]) -> None:
     # `decode --tokens` prints a table of pieces: a byte-fallback <0x1B> piece is an ESC.
-    from proxy.tokens.commands import _print_pieces
+    from proxy.cli.decode import _print_pieces
     from proxy.tokens.detok import Piece
 
     _print_pieces([Piece(7, "\x1b[31mred\n", "byte")])

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeAlias
 
 import orjson
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
 from proxy.names import DEFAULT_HOST, DEFAULT_NAMESPACE, canonical_model
 from proxy.tokens.errors import GGUFError, StoreError
 from proxy.tokens.gguf import GGUFMetadata, GGUFValue, read_metadata
 
 MODEL_MEDIA_TYPE: Final = "application/vnd.ollama.image.model"
-PROGRESS_MIN_BYTES: Final = 64 << 20
 _HASH_CHUNK: Final = 4 << 20
 # llama.cpp's llama_ftype (general.file_type); gaps are retired formats.
 _FILE_TYPES: Final = {
@@ -242,17 +239,19 @@ class Inspection:
     model_path: Path
 
 
+Advance: TypeAlias = Callable[[int], None]
+"""Told the length of each chunk of a blob as it is hashed."""
+Watch: TypeAlias = Callable[[Path, int], AbstractContextManager[Advance]]
+"""Opened around the hashing of one blob, given its path and size: what a caller shows of it."""
+
+
 @contextmanager
-def _progress(total: int, show: bool) -> Iterator[Progress | None]:
-    if not show or total < PROGRESS_MIN_BYTES:
-        yield None
-        return
-    columns = ("{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        yield bar
+def unwatched(path: Path, size: int) -> Iterator[Advance]:
+    """The `Watch` that shows nothing."""
+    yield lambda length: None
 
 
-def verify_blob(path: Path, layer: Layer, show_progress: bool = False) -> None:
+def verify_blob(path: Path, layer: Layer, watch: Watch = unwatched) -> None:
     """Check that the blob exists with the layer's size and SHA-256 (streamed)."""
     try:
         size = path.stat().st_size
@@ -264,12 +263,10 @@ def verify_blob(path: Path, layer: Layer, show_progress: bool = False) -> None:
             "pull the model again"
         )
     sha = hashlib.sha256()
-    with path.open("rb") as f, _progress(size, show_progress) as bar:
-        task = bar.add_task(f"verify {path.name[:19]}", total=size) if bar else None
+    with path.open("rb") as f, watch(path, size) as advance:
         while chunk := f.read(_HASH_CHUNK):
             sha.update(chunk)
-            if bar and task is not None:
-                bar.advance(task, len(chunk))
+            advance(len(chunk))
     if sha.hexdigest() != digest_hex(layer.digest):
         raise StoreError(
             f"blob {path} has digest sha256:{sha.hexdigest()}, not {layer.digest}: "
@@ -278,14 +275,15 @@ def verify_blob(path: Path, layer: Layer, show_progress: bool = False) -> None:
 
 
 def inspect(
-    store: ModelStore, name: str, verify: bool = True, progress: bool = False
+    store: ModelStore, name: str, verify: bool = True, watch: Watch = unwatched
 ) -> Inspection:
-    """Read a model's manifest, optionally verify every blob, and read its GGUF header."""
+    """Read a model's manifest, optionally verify every blob (each under `watch`), and read
+    its GGUF header."""
     manifest = store.manifest(name)
     blobs = tuple(store.blob_path(layer.digest) for layer in manifest.layers)
     if verify:
         for layer, path in zip(manifest.layers, blobs, strict=True):
-            verify_blob(path, layer, progress)
+            verify_blob(path, layer, watch)
     model_path = store.blob_path(manifest.model_layer.digest)
     try:
         meta = read_metadata(model_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.tokens.commands import register
+from proxy.cli import decode, models
 from proxy.tokens.errors import StoreError
 from proxy.tokens.store import ModelStore, candidate_roots, inspect
 from tests.tokens.synth import add_model, gguf_bytes, vocab_kv
@@ -18,7 +18,9 @@ from tests.tokens.synth import add_model, gguf_bytes, vocab_kv
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="ollama-tap")
-    register(parser.add_subparsers(required=True))
+    sub = parser.add_subparsers(required=True)
+    decode.register(sub)
+    models.register(sub)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code

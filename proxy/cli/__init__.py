@@ -1,4 +1,4 @@
-"""Command line: serve, records, decode, models (and the commands other modules register)."""
+"""The `ollama-tap` command: the parser, `serve` (one flag per Settings field) and main."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
+from proxy.cli import bench, decode, models, records
 from proxy.config import ConfigError, Settings
+from proxy.recorder.schema import SchemaError
 
 
 def _flag_help(name: str, field: FieldInfo) -> str:
@@ -57,7 +59,8 @@ def _explain(error: ValidationError) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from proxy.recorder.schema import SchemaError
+    # Imported here: the server stack (aiohttp's web server, uvloop, the app) is for
+    # `serve` alone, and the other commands and --help start faster without it.
     from proxy.serve import serve
 
     try:
@@ -103,18 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve)
     serve.set_defaults(func=cmd_serve)
-    _register_optional(sub)
+    for command in (records, decode, models, bench):
+        command.register(sub)
     return parser
-
-
-def _register_optional(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from proxy.benchmark import register as register_bench
-    from proxy.recorder.commands import register as register_records
-    from proxy.tokens.commands import register as register_tokens
-
-    register_records(sub)
-    register_tokens(sub)
-    register_bench(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

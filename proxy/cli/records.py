@@ -22,12 +22,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from proxy.config import ConfigError, Settings
+from proxy.cli.options import add_db_option, add_vocab_options, store_from, vocab_source
+from proxy.config import ConfigError
 from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.schema import SchemaError
-from proxy.recorder.store import Filters, Store, parse_time
+from proxy.recorder.store import Filters, parse_time
 from proxy.terminal import printable
-from proxy.tokens.commands import add_vocab_options, vocab_source
 from proxy.tokens.context import decode_record
 from proxy.tokens.errors import StoreError, VocabError
 from proxy.tokens.store import digest_hex
@@ -37,11 +37,6 @@ _COLUMNS = ("id", "started", "method", "endpoint", "model", "status", "outcome",
             "duration ms", "tokens in/out")  # fmt: skip
 Command = Callable[[argparse.Namespace], int]
 _TOP = ("request", "response", "timeline", "context", "output", "thinking", "tool_calls")
-
-
-def store_from(args: argparse.Namespace) -> Store:
-    """The database `add_db_option` chose: --db, else where `serve` records."""
-    return Store(args.db if args.db is not None else Settings.model_validate({}).db_path)
 
 
 def _filters(args: argparse.Namespace) -> Filters:
@@ -185,16 +180,6 @@ def _guard(func: Command) -> Command:
             return 2
 
     return run
-
-
-def add_db_option(p: argparse.ArgumentParser) -> None:
-    """--db, read by `store_from`."""
-    p.add_argument(
-        "--db",
-        type=Path,
-        default=None,
-        help="database file [default: as serve: $OLLAMA_TAP_DB, else the XDG data dir]",
-    )
 
 
 def _common(p: argparse.ArgumentParser, filters: bool) -> None:
