@@ -13,15 +13,7 @@ MAX_LINES: Final = 400
 PENDING: Final = {
     # Parts being rewritten elsewhere, each in a cycle or over MAX_LINES today. The lead
     # removes an entry as its part lands; the set is empty once every part has.
-    "proxy.fastrelay.connection",
-    "proxy.fastrelay.front",
-    "proxy.fastrelay.frontrelay",
-    "proxy.fastrelay.pool",
-    "proxy.fastrelay.relay",
-    "proxy.fastrelay.reply",
-    "proxy.forward",
     "proxy.metrics",
-    "proxy.ollama",
 }
 
 

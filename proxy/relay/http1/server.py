@@ -1,11 +1,9 @@
 """The HTTP/1 transport's server: the listening socket's connections, parsed by llhttp.
 
-It relays what `serves.Rule` accepts; any other request is handed, with its connection and
-every byte read so far, to aiohttp's server (and so to the aiohttp transport), at a request
-boundary, for good. Kept from aiohttp's server: keep-alive (75 s idle), pipelined requests
-answered in order, request bodies streamed with back-pressure, a client that disconnects
-cancels its exchange, and on shutdown idle connections close at once while busy ones finish
-within the grace period.
+It relays what `serves.Rule` accepts; any other request goes, with its connection and every
+byte read so far, to aiohttp's server (the aiohttp transport), at a request boundary, for good.
+Kept from aiohttp's server: keep-alive, pipelined requests answered in order, bodies streamed
+with back-pressure, a client that leaves cancels its exchange, and a graceful shutdown.
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ LINGER_SECONDS: Final = 10.0
 """How long the rest of an upload Ollama answered early is read and dropped before the
 connection is cut (aiohttp's lingering time)."""
 MAX_HEAD: Final = 128 * 1024
-"""Bytes of a request head past which parsing stops: the request goes to aiohttp, which
-refuses it, or the connection is cut. llhttp has no limit of its own. (A chunked body's
-trailers are not bounded here; the body's own bytes are, by back-pressure.)"""
+"""Bytes of a request head past which parsing stops (llhttp has no limit of its own): the
+request goes to aiohttp, which refuses it, or the connection is cut."""
 MAX_QUEUED: Final = 16
 """Pipelined requests parsed ahead of the one being answered before reading pauses."""
 _REFUSED_PIPELINED: Final = (
