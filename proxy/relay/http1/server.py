@@ -63,9 +63,7 @@ class Front:
     """The protocol factory of the listening socket, and the connections it serves."""
 
     def __init__(self, tap: Tap, pool: UpstreamPool, rule: Rule) -> None:
-        self.tap = tap
-        self.pool = pool
-        self.rule = rule
+        self.tap, self.pool, self.rule = tap, pool, rule
         self.connections: set[FrontConnection] = set()
         self.closing = False
         self._aiohttp: Callable[[], asyncio.Protocol] | None = None
@@ -109,8 +107,7 @@ class FrontConnection(asyncio.Protocol):
     def __init__(self, front: Front) -> None:
         self.front = front
         self.transport: asyncio.Transport = cast(asyncio.Transport, None)
-        self.flow = cast(FlowControl, None)
-        """Both made in `connection_made`, before any other call."""
+        self.flow = cast(FlowControl, None)  # both set in connection_made, called first
         self.remote = ""
         self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         """Dropped when the connection is lost: it holds this connection's methods, a cycle
@@ -172,8 +169,8 @@ class FrontConnection(asyncio.Protocol):
             parser.feed_data(data)
         except (_HandOff, httptools.HttpParserError) as exc:
             self.fresh = None
-            # httptools re-raises a callback's exception as it is, or wrapped in
-            # HttpParserCallbackError: `pending` tells a hand-off from bad bytes.
+            # httptools re-raises a callback's exception, maybe wrapped: `pending` tells a
+            # hand-off from bad bytes.
             if not self.handing_off():
                 self.unparseable(exc)
             elif self.task is None:
@@ -298,8 +295,7 @@ class FrontConnection(asyncio.Protocol):
         self.task = asyncio.get_running_loop().create_task(self.serve(request))
 
     async def serve(self, request: FrontRequest) -> None:
-        transport = self.transport
-        front = self.front
+        transport, front = self.transport, self.front
         relay = self.relay = Http1Relay(front.tap, front.pool, self, request)
         try:
             await front.tap.drive(relay)
