@@ -16,12 +16,12 @@ from tests.deploy.stack import (
     REPO,
     SCRAPE_SERIES,
     dashboard,
-    design_metrics,
     metric_names,
     panels,
     promtool,
     queries,
     recording_rules,
+    reference_metrics,
     run,
     substitute,
 )
@@ -92,13 +92,13 @@ def test_every_query_selects_job(query) -> None:
 
 
 def test_metric_names_are_in_the_contract() -> None:
-    allowed = design_metrics() | recording_rules() | SCRAPE_SERIES | PROCESS_SERIES
+    allowed = reference_metrics() | recording_rules() | SCRAPE_SERIES | PROCESS_SERIES
     used = {name for q in queries() for name in metric_names(q.expr)}
     for var in dashboard()["templating"]["list"]:
         if var["type"] == "query":
             used |= set(re.findall(r"label_values\(([A-Za-z_:][\w:]*)", var["definition"]))
     assert used, "no metric names parsed"
-    assert used <= allowed, f"not in DESIGN's metric table: {sorted(used - allowed)}"
+    assert used <= allowed, f"not in the README's metric reference: {sorted(used - allowed)}"
 
 
 def test_decode_rate_comes_from_the_rate_pair() -> None:

@@ -1,0 +1,228 @@
+"""The HTTP/1 transport's parts fed bytes through mock transports: orderings that sockets
+would only give by chance are set up by feeding events in that order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry
+from yarl import URL
+
+from proxy.config import Settings
+from proxy.exchange import Exchange, Outcome
+from proxy.hooks import Hooks
+from proxy.relay.http1.flow import FlowControl
+from proxy.relay.http1.pool import UpstreamPool
+from proxy.relay.http1.relay import Http1Relay
+from proxy.relay.http1.reply import Reply
+from proxy.relay.http1.request import FrontRequest
+from proxy.relay.http1.server import Front, FrontConnection
+from proxy.relay.http1.serves import OwnedPaths, Rule
+from proxy.relay.tap import Tap
+
+
+class Transport(asyncio.Transport):
+    """A socket that keeps what is written to it and how it was left."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = self.aborted = self.paused = False
+        self.protocol: asyncio.BaseProtocol | None = None
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 5000) if name == "peername" else default
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+
+    def writelines(self, data: Any) -> None:
+        for piece in data:
+            self.written += piece
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self.protocol = protocol
+
+
+class Link:
+    """An upstream connection as a reply sees it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.uses = 2
+        self.paused = self.aborted = False
+        self.ended: list[Reply] = []
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+    def reply_ended(self, reply: Reply) -> None:
+        self.ended.append(reply)
+
+
+class Handed(asyncio.Protocol):
+    """aiohttp's server as the front sees it: what a handed-off connection brought."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+
+
+class Ended:
+    name = "ended"
+
+    def __init__(self) -> None:
+        self.exchanges: list[Exchange] = []
+
+    def response(self, ex: Exchange) -> None:
+        self.exchanges.append(ex)
+
+    error = response
+
+
+def front(routes: tuple[str, ...] = ("/_tap/healthz", "/_tap/{tail:.*}", "/metrics")) -> Front:
+    from aiohttp import web
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response()
+
+    app = web.Application()
+    for route in routes:
+        app.router.add_get(route, ok)
+    settings = Settings(upstream="http://127.0.0.1:9")
+    tap = Tap(settings, Hooks([], CollectorRegistry()))
+    made = Front(
+        tap, UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None), Rule(OwnedPaths(app.router), True)
+    )
+    made.attach(Handed)
+    return made
+
+
+def connected(made: Front) -> tuple[FrontConnection, Transport]:
+    conn, transport = made(), Transport()
+    conn.connection_made(transport)
+    return conn, transport
+
+
+def get(path: str, version: str = "1.1", extra: str = "") -> bytes:
+    return f"GET {path} HTTP/{version}\r\nHost: localhost\r\n{extra}\r\n".encode()
+
+
+def test_the_proxys_own_paths_come_from_the_router() -> None:
+    owned = front().rule.owned
+    assert "/_tap/healthz" in owned and "/_tap/api/records/x" in owned and "/metrics" in owned
+    assert "/api/tags" not in owned and "/_tapx" not in owned and "/metrics/x" not in owned
+
+
+async def test_a_request_for_the_proxy_goes_to_aiohttp_with_every_byte() -> None:
+    made = front()
+    conn, transport = connected(made)
+    conn.data_received(b"GET /_tap/heal")
+    conn.data_received(b"thz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    handed = transport.protocol
+    assert isinstance(handed, Handed) and handed.transport is transport
+    assert bytes(handed.data) == get("/_tap/healthz")
+    assert conn not in made.connections and conn.task is None
+
+
+async def test_http10_and_expect_go_to_aiohttp() -> None:
+    for request in (get("/api/tags", "1.0"), get("/api/tags", extra="Expect: 100-continue\r\n")):
+        conn, transport = connected(front())
+        conn.data_received(request)
+        assert isinstance(transport.protocol, Handed) and bytes(transport.protocol.data) == request
+
+
+async def test_pipelined_requests_queue_in_order_and_one_for_aiohttp_behind_them_is_refused() -> (
+    None
+):
+    conn, transport = connected(front())
+    conn.data_received(get("/api/version") + get("/api/tags") + get("/_tap/healthz"))
+    assert conn.task is not None and [r.path for r in conn.queue] == ["/api/tags"]
+    assert conn.pending == "refuse"  # it began in the read that ended the one before
+    assert transport.paused
+    conn.task.cancel()
+    conn.queue.clear()
+    await asyncio.sleep(0)
+    conn.after_exchange(keep=True)
+    assert transport.written.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"must come first" in transport.written and transport.closed
+
+
+async def test_bytes_that_do_not_parse_go_to_aiohttp_at_a_clean_start() -> None:
+    conn, transport = connected(front())
+    conn.data_received(b"\x16\x03\x01 not http\r\n\r\n")
+    assert isinstance(transport.protocol, Handed)
+
+
+async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_frees_its_link() -> (
+    None
+):
+    """Sent on arrival, the whole reply can be read before the exchange's task adopts it;
+    its connection is back in the pool by then, so the relay must not pause it."""
+    link = Link()
+    reply = Reply(link, head_only=False)
+    reply.feed(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n")
+    reply.feed(b'{"ok":true}')
+    assert reply.ended and link.ended == [reply] and not link.paused
+
+    ended = Ended()
+    tap = Tap(Settings(upstream="http://127.0.0.1:9"), Hooks([ended], CollectorRegistry()))
+    transport = Transport()
+
+    class Client:
+        def __init__(self) -> None:
+            self.transport = transport
+            self.flow = FlowControl(transport)
+            transport.pause_reading()
+
+        @property
+        def closing(self) -> bool:
+            return False
+
+    client = Client()
+    request = FrontRequest(
+        client.flow,
+        "GET",
+        "/api/show",
+        CIMultiDict({"Host": "localhost"}),
+        "127.0.0.1",
+        asyncio.get_running_loop().time(),
+        True,
+    )
+    request.sent = reply
+    client.flow.writing_paused = True  # a client too slow for the whole reply
+    relay = Http1Relay(tap, UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None), client, request)
+    await asyncio.wait_for(tap.drive(relay), 2)
+    head, _, body = bytes(transport.written).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b'{"ok":true}'
+    assert not link.paused and not link.aborted
+    assert [ex.outcome for ex in ended.exchanges] == [Outcome.OK]
