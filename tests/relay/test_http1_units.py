@@ -201,7 +201,8 @@ async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_free
     class Client:
         def __init__(self) -> None:
             self.transport = transport
-            self.flow = FlowControl(transport)
+            self.flow = FlowControl()
+            self.flow.transport = transport
             transport.pause_reading()
 
         @property

@@ -4,6 +4,7 @@ wait for a full send buffer to drain, and the one-future waiter they are built o
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 
 class Waiter:
@@ -29,8 +30,9 @@ class FlowControl:
     """Back-pressure on one socket: reading paused while what it brings cannot be taken,
     writers waiting while its send buffer is above the high-water mark."""
 
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
+    def __init__(self) -> None:
+        self.transport = cast(asyncio.Transport, None)
+        """Set by the connection once it is made (`connection_made`), before any other call."""
         self.reading_paused = False
         self.writing_paused = False
         self._drained = Waiter()

@@ -26,8 +26,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.pool = pool
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.flow = cast(FlowControl, None)
-        """Made in `connection_made`: the pool hands out only connections that were."""
+        self.flow = FlowControl()
         self.reply: Reply | None = None
         self.uses = 0
         self.idle_since = 0.0
@@ -43,7 +42,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.flow = FlowControl(self.transport)
+        self.flow.transport = self.transport
 
     def data_received(self, data: bytes) -> None:
         reply = self.reply

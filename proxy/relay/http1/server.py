@@ -107,7 +107,7 @@ class FrontConnection(asyncio.Protocol):
     def __init__(self, front: Front) -> None:
         self.front = front
         self.transport: asyncio.Transport = cast(asyncio.Transport, None)
-        self.flow = cast(FlowControl, None)  # both set in connection_made, called first
+        self.flow = FlowControl()
         self.remote = ""
         self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         """Dropped when the connection is lost: it holds this connection's methods, a cycle
@@ -149,7 +149,7 @@ class FrontConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        self.flow = FlowControl(self.transport)
+        self.flow.transport = self.transport
         peer = transport.get_extra_info("peername")
         self.remote = str(peer[0]) if isinstance(peer, tuple) else ""
         self.front.connections.add(self)
