@@ -56,7 +56,7 @@ if not INTERPRETED and (_why := _stale_build()) is not None:
 
 from proxy.app import make_app, make_site  # noqa: E402
 from proxy.config import Settings  # noqa: E402
-from tests.serve_process import ADMIN_TOKEN  # noqa: E402
+from tests.support.serve_process import ADMIN_TOKEN  # noqa: E402
 
 COMPILED = compiled.active()
 

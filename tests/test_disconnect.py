@@ -17,8 +17,8 @@ from proxy.exchange import Outcome
 from proxy.fastrelay.front import FrontConnection
 from proxy.fastrelay.frontrelay import FrontRequest
 from tests.conftest import MakeProxy
-from tests.serve_process import serve
-from tests.test_forward import Spy
+from tests.support.serve_process import serve
+from tests.support.spy import Spy
 
 
 class SlowUpstream:

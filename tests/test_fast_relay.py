@@ -29,7 +29,7 @@ from proxy.fastrelay.reply import Reply
 from proxy.forward import Forwarder
 from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama, Script
-from tests.test_forward import ROUTES, comparable, fetch
+from tests.support.transparency import ROUTES, comparable, fetch
 
 RELAYS = ["aiohttp", "fast"]
 _MARK = {"X-Test": "relay-comparison"}

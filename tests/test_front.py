@@ -21,8 +21,8 @@ from proxy.exchange import Outcome
 from proxy.fastrelay.front import FrontConnection
 from tests.conftest import MakeProxy, Proxy
 from tests.fake_ollama import FakeOllama, Script
-from tests.serve_process import ADMIN_TOKEN
-from tests.test_forward import Spy
+from tests.support.serve_process import ADMIN_TOKEN
+from tests.support.spy import Spy
 
 GENERATE = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
 

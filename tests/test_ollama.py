@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from proxy import ollama
 from proxy.exchange import Exchange, OutputChunk, OutputKind, Usage
-from tests.exchanges import new_exchange
+from tests.support.exchanges import new_exchange
 
 NDJSON = "application/x-ndjson"
 SSE = "text/event-stream"
