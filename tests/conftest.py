@@ -75,7 +75,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
-pytest_plugins = ["tests.fake_ollama"]
+pytest_plugins = ["tests.support.fake_ollama.plugin"]
 
 
 @pytest.fixture(autouse=True)

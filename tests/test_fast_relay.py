@@ -28,7 +28,7 @@ from proxy.fastrelay.frontrelay import FrontRelay
 from proxy.fastrelay.reply import Reply
 from proxy.forward import Forwarder
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.transparency import ROUTES, comparable, fetch
 
 RELAYS = ["aiohttp", "fast"]

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.spy import Spy
 from tests.support.transparency import ROUTES, comparable, fetch
 

@@ -20,7 +20,7 @@ from yarl import URL
 from proxy.exchange import Outcome
 from proxy.fastrelay.front import FrontConnection
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.serve_process import ADMIN_TOKEN
 from tests.support.spy import Spy
 

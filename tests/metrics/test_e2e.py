@@ -22,7 +22,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import (
     GEN,
     LLAMA,

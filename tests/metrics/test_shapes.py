@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import (
     GEN,
     LLAMA,

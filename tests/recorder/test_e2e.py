@@ -15,7 +15,7 @@ import pytest
 
 from proxy.recorder.store import Filters, Store
 from tests.conftest import Proxy
-from tests.fake_ollama import FakeOllama
+from tests.support.fake_ollama import FakeOllama
 from tests.support.records import AUTH, records
 from tests.support.serve_process import serve
 

@@ -17,7 +17,7 @@ from proxy.app import POLLER
 from proxy.cli import main
 from proxy.tokens.gguf import read_metadata
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama
+from tests.support.fake_ollama import FakeOllama
 from tests.support.records import AUTH, records
 from tests.support.serve_process import free_port
 from tests.support.vocab_vectors import vocab_cases
