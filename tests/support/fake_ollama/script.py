@@ -108,6 +108,7 @@ def shaped_tool_calls(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def interruption(script: Script, count: int) -> Error | Die | None:
+    """The cut or the error the script puts before output piece `count`, if any."""
     if script.die_after == count:
         return Die()
     if script.error_after == count:
@@ -116,6 +117,7 @@ def interruption(script: Script, count: int) -> Error | Die | None:
 
 
 def output_pieces(script: Script, run: Run) -> list[Chunk]:
+    """A run's output chunks, untimed: thinking (when asked), tokens, then a chat's tool calls."""
     pieces = [Chunk(thinking=t) for t in script.thinking] if run.think else []
     pieces += [Chunk(content=t) for t in script.tokens]
     if script.tool_calls and run.chat and not script.tool_calls_on_final:
