@@ -1,13 +1,13 @@
 """A fake Ollama server for tests: Ollama's wire protocol, with scripted output and no model.
 
-It answers Ollama's routes as Ollama's server does on the wire, following Ollama's own
-sources and documentation rather than this proxy: Go's `json.Marshal` byte layout, headers
-held back until the first chunk, the error shapes of each route family, and the
-compatibility layers under `/v1` (OpenAI chat and text completions, embeddings, models,
-Responses; Anthropic Messages). Timing fields report the delays a test injects through
-`Script`. It is a fake: no model runs, output is scripted, and where the protocol leaves a
-choice open the simplest consistent one is made. The `fake_ollama` fixture lives in
-`plugin.py`, which tests/conftest.py loads.
+It answers Ollama's routes the way Ollama's server does on the wire, built from Ollama's
+documentation and server code (not from this proxy, and without running Ollama): Go's
+`json.Marshal` byte layout, headers held back until the first chunk, each route family's
+error shapes, and the compatibility layers under `/v1` (OpenAI chat and text completions,
+embeddings, models and Responses; Anthropic Messages). Timing fields report the delays a
+test injects through `Script`. It is a fake: no model runs, output is scripted, and where
+the protocol leaves a choice open the simplest consistent one is taken. The `fake_ollama`
+fixture is in `plugin.py`, which tests/conftest.py loads.
 """
 
 from __future__ import annotations
