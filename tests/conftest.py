@@ -57,7 +57,7 @@ if not INTERPRETED and (_why := _stale_build()) is not None:
 from proxy.app import make_app  # noqa: E402
 from proxy.config import Settings  # noqa: E402
 from proxy.relay import make_site  # noqa: E402
-from tests.serve_process import ADMIN_TOKEN  # noqa: E402
+from tests.support.serve_process import ADMIN_TOKEN  # noqa: E402
 
 COMPILED = compiled.active()
 
@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
-pytest_plugins = ["tests.fake_ollama"]
+pytest_plugins = ["tests.support.fake_ollama.plugin"]
 
 
 @pytest.fixture(autouse=True)

@@ -9,8 +9,9 @@ import pytest
 
 from proxy.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama
-from tests.test_forward import Spy, fetch
+from tests.support.fake_ollama import FakeOllama
+from tests.support.spy import Spy
+from tests.support.transparency import fetch
 
 
 @pytest.mark.parametrize(

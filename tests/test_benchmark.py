@@ -20,7 +20,7 @@ from proxy.benchmark.request import Sample, Target
 from proxy.benchmark.runner import Workload
 from proxy.cli import build_parser, main
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
 
 MODEL = "llama3.2"
 LOAD, QUEUE, PREFILL, TOKEN = 0.2, 0.05, 0.1, 0.02

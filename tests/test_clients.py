@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.conftest import Proxy
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
 
 
 @pytest.fixture

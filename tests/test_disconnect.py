@@ -20,8 +20,8 @@ from proxy.relay.http1 import server
 from proxy.relay.http1.pool import UpstreamPool
 from proxy.relay.http1.request import FrontRequest
 from tests.conftest import MakeProxy
-from tests.serve_process import serve
-from tests.test_forward import Spy
+from tests.support.serve_process import serve
+from tests.support.spy import Spy
 
 
 class SlowUpstream:

@@ -30,8 +30,8 @@ from proxy.relay.http1.reply import Reply
 from proxy.relay.http1.server import FrontConnection
 from proxy.relay.tap import Relay, Tap, Tapped
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
-from tests.test_forward import ROUTES, comparable, fetch
+from tests.support.fake_ollama import FakeOllama, Script
+from tests.support.transparency import ROUTES, comparable, fetch
 
 RELAYS = ["aiohttp", "fast"]
 _MARK = {"X-Test": "relay-comparison"}

@@ -12,99 +12,15 @@ import pytest
 
 from proxy.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
+from tests.support.spy import Spy
+from tests.support.transparency import ROUTES, comparable, fetch
 
 # Fields that differ between two runs only because time passed: normalised before comparing.
 _CLOCK = re.compile(
     rb'("created_at":"[^"]*"|"(?:total|load|prompt_eval|eval)_duration":\d+|"created":\d+'
     rb'|"expires_at":"[^"]*"|"(?:id|request_id|item_id)":"[^"]*"|"modified_at":"[^"]*")'
 )
-# Header values that legitimately differ between two replies (lengths change with the
-# number of digits in a duration); hop-by-hop headers are the proxy's to drop.
-_VOLATILE_HEADERS = {"date", "content-length"}
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding"}
-
-ROUTES: list[tuple[str, str, Any]] = [
-    ("GET", "/", None),
-    ("HEAD", "/", None),
-    ("GET", "/api/version", None),
-    ("HEAD", "/api/version", None),
-    ("GET", "/api/tags", None),
-    ("GET", "/api/ps", None),
-    ("POST", "/api/show", {"model": "llama3.2"}),
-    ("POST", "/api/show", {"model": "llama3.2", "verbose": True}),
-    ("POST", "/api/generate", {"model": "llama3.2", "prompt": "Why is the sky blue?"}),
-    ("POST", "/api/generate", {"model": "llama3.2", "prompt": "hi", "stream": False}),
-    ("POST", "/api/generate", {"model": "llama3.2"}),
-    ("POST", "/api/generate", {"model": "llama3.2", "keep_alive": 0}),
-    ("POST", "/api/generate", {"model": "nope", "prompt": "hi"}),
-    ("POST", "/api/chat", {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}]}),
-    (
-        "POST",
-        "/api/chat",
-        {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}], "stream": False},
-    ),
-    ("POST", "/api/embed", {"model": "all-minilm", "input": ["a", "b"]}),
-    ("POST", "/api/embeddings", {"model": "all-minilm", "prompt": "a"}),
-    ("POST", "/api/pull", {"model": "llama3.2"}),
-    ("POST", "/api/pull", {"model": "llama3.2", "stream": False}),
-    ("POST", "/api/copy", {"source": "llama3.2", "destination": "mine"}),
-    ("DELETE", "/api/delete", {"model": "nothing-here"}),
-    ("HEAD", "/api/blobs/sha256:" + "0" * 64, None),
-    (
-        "POST",
-        "/v1/chat/completions",
-        {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}], "stream": True},
-    ),
-    (
-        "POST",
-        "/v1/chat/completions",
-        {
-            "model": "llama3.2",
-            "messages": [{"role": "user", "content": "hi"}],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        },
-    ),
-    (
-        "POST",
-        "/v1/chat/completions",
-        {"model": "llama3.2", "messages": [{"role": "user", "content": "hi"}]},
-    ),
-    ("POST", "/v1/completions", {"model": "llama3.2", "prompt": "hi", "stream": True}),
-    ("POST", "/v1/embeddings", {"model": "all-minilm", "input": "hi"}),
-    ("GET", "/v1/models", None),
-    ("POST", "/v1/responses", {"model": "llama3.2", "input": "hi", "stream": True}),
-    (
-        "POST",
-        "/v1/messages",
-        {
-            "model": "llama3.2",
-            "max_tokens": 64,
-            "messages": [{"role": "user", "content": "hi"}],
-            "stream": True,
-        },
-    ),
-    ("GET", "/api/does-not-exist-yet?x=1&y=%2F", None),
-    ("PUT", "/api/generate", None),
-]
-
-
-async def fetch(
-    session: aiohttp.ClientSession, method: str, url: str, body: Any = None, **kw: Any
-) -> tuple[int, list[tuple[str, str]], bytes]:
-    data = orjson.dumps(body) if body is not None else None
-    async with session.request(method, url, data=data, **kw) as resp:
-        raw = await resp.read()
-        return resp.status, list(resp.headers.items()), raw
-
-
-def comparable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    return sorted(
-        (k.lower(), "" if k.lower() in _VOLATILE_HEADERS else v)
-        for k, v in headers
-        if k.lower() not in _HOP_BY_HOP
-    )
 
 
 @pytest.fixture
@@ -237,28 +153,6 @@ async def test_healthz_needs_no_auth_and_reveals_nothing(
         await asyncio.sleep(0.05)
     assert status == 200
     assert orjson.loads(body) == {"upstream": "up"}
-
-
-class Spy:
-    """An observer that keeps every exchange it sees end."""
-
-    name = "spy"
-
-    def __init__(self) -> None:
-        self.ended: list[Any] = []
-
-    def response(self, ex: Any) -> None:
-        self.ended.append(ex)
-
-    error = response
-
-    async def wait_ended(self, count: int = 1) -> list[Any]:
-        """The ended exchanges once `count` have ended (at most 2 s; the caller asserts)."""
-        for _ in range(200):
-            if len(self.ended) >= count:
-                break
-            await asyncio.sleep(0.01)
-        return self.ended
 
 
 async def test_stream_error_and_incomplete_outcomes(

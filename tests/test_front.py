@@ -20,9 +20,9 @@ from yarl import URL
 from proxy.exchange import Outcome
 from proxy.relay.http1.server import FrontConnection
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
-from tests.serve_process import ADMIN_TOKEN
-from tests.test_forward import Spy
+from tests.support.fake_ollama import FakeOllama, Script
+from tests.support.serve_process import ADMIN_TOKEN
+from tests.support.spy import Spy
 
 GENERATE = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
 

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.exchange import Exchange, OutputChunk, OutputKind
 from proxy.hooks import Hooks
-from tests.exchanges import new_exchange
+from tests.support.exchanges import new_exchange
 
 
 def pieces(n: int, at: float = 1.0) -> list[OutputChunk]:

@@ -19,7 +19,7 @@ from proxy.exchange import Outcome, Usage
 from proxy.metrics import MetricsObserver
 from proxy.names import ModelLabels
 from proxy.upstream import UpstreamPoller
-from tests.exchanges import new_exchange
+from tests.support.exchanges import new_exchange
 
 DIGEST_A, DIGEST_B, DIGEST_A2 = "a" * 64, "b" * 64, "c" * 64
 

@@ -42,7 +42,7 @@ from tests.deploy.stack import (
     substitute,
     tool,
 )
-from tests.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama import FakeOllama, Script
 
 pytestmark = pytest.mark.slow
 

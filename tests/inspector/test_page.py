@@ -11,9 +11,9 @@ import aiohttp
 import ollama
 
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama
 from tests.inspector.browser import Page
-from tests.serve_process import ADMIN_TOKEN
+from tests.support.fake_ollama import FakeOllama
+from tests.support.serve_process import ADMIN_TOKEN
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 PROMPT = "Why is the sky blue?"

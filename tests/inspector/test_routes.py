@@ -12,7 +12,7 @@ from proxy.auth import CSP
 from proxy.exchange import Outcome, OutputKind
 from proxy.inspector import STATIC, load_assets
 from tests.conftest import Proxy
-from tests.serve_process import ADMIN_TOKEN
+from tests.support.serve_process import ADMIN_TOKEN
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 SCRIPT = (STATIC / "inspector.js").read_text()

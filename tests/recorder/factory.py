@@ -12,7 +12,7 @@ import orjson
 from proxy.config import Settings
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
 from proxy.recorder import Recorder
-from tests.exchanges import new_exchange
+from tests.support.exchanges import new_exchange
 
 WALL0 = 1_750_000_000.0
 MONO0 = 5_000.0

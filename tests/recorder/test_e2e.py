@@ -14,25 +14,12 @@ import ollama
 import pytest
 
 from proxy.recorder.store import Filters, Store
-from tests.conftest import ADMIN_TOKEN, Proxy
-from tests.fake_ollama import FakeOllama
-from tests.serve_process import serve
+from tests.conftest import Proxy
+from tests.support.fake_ollama import FakeOllama
+from tests.support.records import AUTH, records
+from tests.support.serve_process import serve
 
-AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 SECRET = "sk-live-CLIENT-SECRET"
-
-
-async def records(proxy: Proxy, want: int, **query: str) -> list[dict[str, Any]]:
-    """The records the API lists, waiting (bounded) until `want` have been written."""
-    async with aiohttp.ClientSession(headers=AUTH) as s:
-        for _ in range(100):
-            async with s.get(f"{proxy.url}/_tap/api/records", params=query) as resp:
-                assert resp.status == 200
-                found: list[dict[str, Any]] = (await resp.json())["records"]
-            if len(found) >= want:
-                return found
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"only {len(found)} of {want} records were written")
 
 
 async def test_stream_recorded_with_timeline_and_no_credential(proxy: Proxy) -> None:

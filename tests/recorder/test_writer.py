@@ -13,7 +13,7 @@ from proxy.recorder import Recorder
 from proxy.recorder.store import Filters
 from tests.recorder.conftest import sample
 from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.usefixtures("blockbuster")
 

@@ -9,26 +9,19 @@ import pytest
 from proxy.tokens.detok import Detokenizer, Piece
 from proxy.tokens.errors import DecodeError, UnsupportedTokenizer
 from proxy.tokens.vocab import Vocab
+from tests.support.vocab_vectors import vocab_cases
 from tests.tokens.conftest import SPM_TOKENS, SPM_TYPES, VOCAB_DIR
 
-SEPARATOR = "\n__ggml_vocab_test__\n"
 # Vocabularies with .inp/.out vectors (mpt's vectors also fit gpt-neox: same tokens).
 VECTORS = ["dbrx", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "llama-spm", "mpt",
            "phi-3", "refact", "starcoder", "gpt-neox:mpt"]  # fmt: skip
-
-
-def _cases(vocab_dir: Path, name: str) -> list[tuple[str, list[int]]]:
-    texts = (vocab_dir / f"ggml-vocab-{name}.gguf.inp").read_text("utf-8").split(SEPARATOR)
-    lines = (vocab_dir / f"ggml-vocab-{name}.gguf.out").read_text("utf-8").split("\n")
-    assert texts[-1] == ""  # every string is followed by the separator
-    return [(t, [int(i) for i in line.split()]) for t, line in zip(texts[:-1], lines, strict=False)]
 
 
 @pytest.mark.parametrize("spec", VECTORS)
 def test_vectors_round_trip(vocab_dir: Path, spec: str) -> None:
     name, _, vectors = spec.partition(":")
     vocab = Vocab.from_gguf(vocab_dir / f"ggml-vocab-{name}.gguf")
-    cases = _cases(vocab_dir, vectors or name)
+    cases = vocab_cases(vocab_dir, vectors or name)
     assert len(cases) >= 40
     for text, ids in cases:
         assert vocab.decode(ids) == text
@@ -44,7 +37,7 @@ def test_every_vector_file_is_covered() -> None:
 
 def test_wordpiece_is_unsupported(vocab_dir: Path) -> None:
     vocab = Vocab.from_gguf(vocab_dir / "ggml-vocab-bert-bge.gguf")
-    _, ids = _cases(vocab_dir, "bert-bge")[5]
+    _, ids = vocab_cases(vocab_dir, "bert-bge")[5]
     with pytest.raises(UnsupportedTokenizer, match=r"^unsupported tokenizer model 'bert'$"):
         vocab.decode(ids)
     with pytest.raises(UnsupportedTokenizer):

@@ -17,10 +17,10 @@ from proxy.app import POLLER
 from proxy.cli import main
 from proxy.tokens.gguf import read_metadata
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama
-from tests.recorder.test_e2e import AUTH, records
-from tests.serve_process import free_port
-from tests.tokens.test_detok import _cases
+from tests.support.fake_ollama import FakeOllama
+from tests.support.records import AUTH, records
+from tests.support.serve_process import free_port
+from tests.support.vocab_vectors import vocab_cases
 
 MODEL = "llama3.2:latest"
 Vectors = tuple[str, list[int]]
@@ -34,7 +34,7 @@ def served(vocab_dir: Path, fake_ollama: FakeOllama, monkeypatch: pytest.MonkeyP
     # Ollama leaves these two out of model_info.
     info = {k: v for k, v in kv.items() if k not in {"general.name", "tokenizer.chat_template"}}
     fake_ollama.models[MODEL].model_info = info
-    cases = _cases(vocab_dir, "gpt-2")
+    cases = vocab_cases(vocab_dir, "gpt-2")
     fake_ollama.script.context = [i for _, ids in cases for i in ids]
     # No local model store: the vocabulary must come through the upstream's /api/show.
     monkeypatch.setenv("OLLAMA_MODELS", str(vocab_dir / "no-such-store"))

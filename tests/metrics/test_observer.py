@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
 from proxy.metrics import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
-from tests.exchanges import new_exchange
+from tests.support.exchanges import new_exchange
 
 T0 = 100.0
 SEC = 1_000_000_000

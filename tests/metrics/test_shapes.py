@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
-from tests.test_metrics_e2e import (
+from tests.support.fake_ollama import FakeOllama, Script
+from tests.support.metrics import (
     GEN,
     LLAMA,
     MESSAGES,
@@ -29,7 +29,7 @@ from tests.test_metrics_e2e import (
     settled,
     took,
 )
-from tests.waiting import eventually
+from tests.support.waiting import eventually
 
 CHAT = native("/api/chat", LLAMA)
 

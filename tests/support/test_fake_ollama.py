@@ -16,7 +16,7 @@ import openai
 import pytest
 from pytest_aiohttp import AiohttpServer
 
-from tests.fake_ollama import F32, FakeOllama, Script, go_json, host_allowed
+from tests.support.fake_ollama import F32, FakeOllama, Script, go_json, host_allowed
 
 _RFC3339NANO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 CHAT = [{"role": "user", "content": "hi"}]

@@ -22,72 +22,27 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from tests.conftest import MakeProxy, Proxy
-from tests.fake_ollama import FakeOllama, Script
-from tests.waiting import eventually
+from tests.support.fake_ollama import FakeOllama, Script
+from tests.support.metrics import (
+    GEN,
+    LLAMA,
+    MESSAGES,
+    QWEN,
+    SLACK,
+    TOL,
+    counter,
+    hist,
+    native,
+    near,
+    samples,
+    settled,
+    took,
+)
+from tests.support.waiting import eventually
 
 LOAD, QUEUE, PREFILL, TOKEN = 0.3, 0.2, 0.1, 0.03
-TOL = 0.05
-"""Allowed distance between a measured time and the injected one, in seconds."""
 GAP_TOL = 0.015
 """Allowed distance between the mean inter-token gap and the injected token delay."""
-
-LLAMA = "llama3.2:latest"
-QWEN = "qwen3:8b"
-MESSAGES = [{"role": "user", "content": "Why is the sky blue?"}]
-
-
-# --- helpers shared with test_metrics_shapes ---------------------------------------------
-
-
-def samples(proxy: Proxy, name: str) -> list[tuple[dict[str, str], float]]:
-    """Every sample called `name` in the proxy's registry, with its labels."""
-    return [
-        (dict(s.labels), s.value)
-        for family in proxy.registry.collect()
-        for s in family.samples
-        if s.name == name
-    ]
-
-
-def in_flight(proxy: Proxy) -> float:
-    return sum(value for _, value in samples(proxy, "ollama_tap_requests_in_flight"))
-
-
-async def settled(proxy: Proxy) -> None:
-    """Wait until every exchange the proxy started has ended (and been measured)."""
-    await eventually(lambda: in_flight(proxy) == 0)
-
-
-def hist(proxy: Proxy, name: str, **labels: str) -> tuple[float, float]:
-    """(count, sum) of one histogram series; (0, 0) when it was never observed."""
-    full = f"ollama_tap_{name}"
-    count = proxy.sample(f"{full}_count", labels)
-    total = proxy.sample(f"{full}_sum", labels)
-    return (count or 0.0, total or 0.0)
-
-
-def counter(proxy: Proxy, name: str, **labels: str) -> float | None:
-    return proxy.sample(f"ollama_tap_{name}", labels)
-
-
-def near(measured: float, expected: float, tol: float = TOL) -> bool:
-    return abs(measured - expected) <= tol
-
-
-SLACK = 0.002
-"""How much sooner than asked a timer may fire (the loop's clock resolution)."""
-
-
-def took(measured: float, truth_ns: int, injected: float) -> bool:
-    """A time the proxy measured against the time the fake really took (from its final
-    object, in ns): on a busy machine each of the fake's sleeps overruns by a few ms and a
-    dozen of them add up past TOL, so the injected delays only bound it from below."""
-    return near(measured, truth_ns / 1e9) and measured >= injected - SLACK
-
-
-def native(endpoint: str, model: str, stream: str | None = None) -> dict[str, str]:
-    labels = {"endpoint": endpoint, "model": model}
-    return labels if stream is None else {**labels, "stream": stream}
 
 
 async def upstream_polled(proxy: Proxy) -> None:
@@ -249,7 +204,6 @@ async def _raw_generate(proxy: Proxy, body: dict[str, Any]) -> dict[str, Any]:
 
 
 GENERATE = {"model": "llama3.2", "prompt": "Why is the sky blue?"}
-GEN = native("/api/generate", LLAMA)
 
 
 async def test_prefill_rate_from_the_cached_count(proxy: Proxy, fake_ollama: FakeOllama) -> None:

@@ -1,0 +1,261 @@
+"""The native API: status and listing routes, generate and chat, embeddings."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from tests.support.fake_ollama.engine import Engine, Route
+from tests.support.fake_ollama.gojson import epoch_ns, go_json, go_time
+from tests.support.fake_ollama.incoming import json_body
+from tests.support.fake_ollama.models import embedding, normalized, token_estimate
+from tests.support.fake_ollama.replies import LazyStream, Refused, die, gin_json, send
+from tests.support.fake_ollama.script import Chunk, Die, Error, Run, fold
+
+T = TypeVar("T")
+
+
+async def native_error(
+    request: web.Request, status: int, message: str, *, streamed: bool = False
+) -> web.StreamResponse:
+    """`{"error": message}`, as gin's c.JSON writes it."""
+    if streamed:
+        # streamResponse sets a bare application/json before c.JSON when nothing was written yet.
+        return await send(request, status, go_json({"error": message}), "application/json")
+    return await gin_json(request, {"error": message}, status)
+
+
+def _generate_object(model: str, chunk: Chunk) -> dict[str, Any]:
+    """GenerateResponse in Go's field order, zero fields omitted."""
+    obj: dict[str, Any] = {
+        "model": model,
+        "created_at": chunk.created_at,
+        "response": chunk.content,
+    }
+    if chunk.thinking:
+        obj["thinking"] = chunk.thinking
+    obj["done"] = chunk.done
+    if chunk.done_reason:
+        obj["done_reason"] = chunk.done_reason
+    if chunk.context:
+        obj["context"] = chunk.context
+    obj.update(chunk.metrics)
+    if chunk.tool_calls:
+        obj["tool_calls"] = chunk.tool_calls
+    return obj
+
+
+def _chat_object(model: str, chunk: Chunk) -> dict[str, Any]:
+    """ChatResponse in Go's field order; message.content is always present."""
+    message: dict[str, Any] = {"role": "assistant", "content": chunk.content}
+    if chunk.thinking:
+        message["thinking"] = chunk.thinking
+    if chunk.tool_calls:
+        message["tool_calls"] = chunk.tool_calls
+    obj: dict[str, Any] = {"model": model, "created_at": chunk.created_at, "message": message}
+    obj["done"] = chunk.done
+    if chunk.done_reason:
+        obj["done_reason"] = chunk.done_reason
+    obj.update(chunk.metrics)
+    return obj
+
+
+async def write_ndjson(
+    request: web.Request,
+    events: AsyncIterator[T | Error | Die],
+    render: Callable[[T], Any],
+) -> web.StreamResponse:
+    """Ollama's streamResponse: one flushed line per object; an error is a status or a line."""
+    out = LazyStream(request, {"Content-Type": "application/x-ndjson"})
+    async for event in events:
+        if isinstance(event, Die):
+            return out.die()
+        if isinstance(event, Error):
+            if not out.started:
+                return await native_error(request, event.status, event.message, streamed=True)
+            await out.write(go_json({"error": event.message}) + b"\n")
+            break
+        await out.write(go_json(render(event)) + b"\n")
+    return await out.finish()
+
+
+async def root(fake: Engine, request: web.Request) -> web.StreamResponse:
+    return await send(request, 200, b"Ollama is running", "text/plain; charset=utf-8")
+
+
+async def version(fake: Engine, request: web.Request) -> web.StreamResponse:
+    return await gin_json(request, {"version": fake.version})
+
+
+async def tags(fake: Engine, request: web.Request) -> web.StreamResponse:
+    models = sorted(fake.models.values(), key=lambda m: m.modified_at, reverse=True)
+    entries = [
+        {
+            "name": m.name,
+            "model": m.name,
+            "modified_at": go_time(epoch_ns(m.modified_at), local=True),
+            "size": m.size,
+            "digest": m.digest,
+            "details": m.details,
+        }
+        for m in models
+    ]
+    return await gin_json(request, {"models": entries})
+
+
+async def ps(fake: Engine, request: web.Request) -> web.StreamResponse:
+    running = sorted(
+        ((fake.models[name], state) for name, state in fake.loaded.items() if name in fake.models),
+        key=lambda pair: pair[1].expires_at_ns,
+        reverse=True,
+    )
+    entries = [
+        {
+            "name": m.name,
+            "model": m.name,
+            "size": m.size,
+            "digest": m.digest,
+            "details": m.details,
+            "expires_at": go_time(state.expires_at_ns, local=True),
+            "size_vram": m.size_vram,
+            "context_length": state.context_length,
+        }
+        for m, state in running
+    ]
+    return await gin_json(request, {"models": entries})
+
+
+async def show(fake: Engine, request: web.Request) -> web.StreamResponse:
+    body = await json_body(request)
+    name = body.get("model") or body.get("name")
+    model = fake.require(name, "model '{name}' not found")
+    verbose = body.get("verbose") is True
+    # Without verbose, Ollama keeps no GGUF array elements: non-empty arrays print null.
+    info = {
+        k: (None if isinstance(v, list) and v and not verbose else v)
+        for k, v in sorted(model.model_info.items())
+    }
+    reply: dict[str, Any] = {}
+    if model.license:
+        reply["license"] = model.license
+    reply["modelfile"] = (
+        '# Modelfile generated by "ollama show"\n'
+        f"# To build a new Modelfile based on this, replace FROM with:\n# FROM {model.name}\n\n"
+        f"FROM /root/.ollama/models/blobs/sha256-{model.digest}\n"
+        f'TEMPLATE """{model.template}"""\n'
+    )
+    if model.parameters:
+        reply["parameters"] = model.parameters
+    reply["template"] = model.template
+    reply["details"] = model.details
+    reply["model_info"] = info
+    reply["capabilities"] = model.capabilities
+    reply["modified_at"] = go_time(epoch_ns(model.modified_at), local=True)
+    return await gin_json(request, reply)
+
+
+async def generate(fake: Engine, request: web.Request) -> web.StreamResponse:
+    return await _native(fake, request, chat=False)
+
+
+async def chat(fake: Engine, request: web.Request) -> web.StreamResponse:
+    return await _native(fake, request, chat=True)
+
+
+async def _native(fake: Engine, request: web.Request, *, chat: bool) -> web.StreamResponse:
+    start_ns = time.monotonic_ns()
+    body = await json_body(request)
+    name = str(body.get("model") or "")
+    model = fake.require(name, "model '{name}' not found")
+    if "completion" not in model.capabilities:
+        raise Refused(400, f'"{name}" does not support {"chat" if chat else "generate"}')
+    think = body.get("think")
+    if think not in (None, False) and "thinking" not in model.capabilities:
+        raise Refused(400, f'"{name}" does not support thinking')
+    if not chat and body.get("raw") and any(body.get(k) for k in ("context", "template", "system")):
+        raise Refused(400, "raw mode does not support template, system, or context")
+    run = fake.run(model, body, start_ns, think=think is not False, chat=chat)
+    render = _chat_object if chat else _generate_object
+    if not body.get("messages" if chat else "prompt"):
+        return await _load_reply(fake, request, run, lambda c: render(name, c))
+    events = fake.produce(run, context=not chat and not body.get("raw"))
+    if body.get("stream") is not False:
+        return await write_ndjson(request, events, lambda c: render(name, c))
+    result = await fold(events)
+    if isinstance(result, Die):
+        return die(request, web.StreamResponse())
+    if isinstance(result, Error):
+        return await native_error(request, result.status, result.message)
+    return await gin_json(request, render(name, result))
+
+
+async def _load_reply(
+    fake: Engine, request: web.Request, run: Run, render: Callable[[Chunk], dict[str, Any]]
+) -> web.StreamResponse:
+    """An empty prompt or message list loads the model; with keep_alive 0 unloads it."""
+    if run.keep_alive == 0:
+        fake.loaded.pop(run.model.name, None)
+        reason = "unload"
+    else:
+        await asyncio.sleep(fake.script.load_delay)
+        fake.mark_loaded(run)
+        reason = "load"
+    chunk = Chunk(created_at=go_time(time.time_ns()), done=True, done_reason=reason)
+    return await gin_json(request, render(chunk))
+
+
+async def embed(fake: Engine, request: web.Request) -> web.StreamResponse:
+    start_ns = time.monotonic_ns()
+    body = await json_body(request)
+    name = str(body.get("model") or "")
+    model = fake.require(name, 'model "{name}" not found, try pulling it first')
+    inputs = body.get("input")
+    if isinstance(inputs, str):
+        inputs = [inputs] if inputs else []
+    if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+        raise Refused(400, "invalid input type")
+    run = fake.run(model, body, start_ns, think=False, chat=False)
+    loaded_ns = await fake.embed_phases(run)
+    if not inputs:
+        return await gin_json(request, {"model": name, "embeddings": []})
+    dimensions = body.get("dimensions")
+    vectors = [embedding(model, text) for text in inputs]
+    if isinstance(dimensions, int) and dimensions > 0:
+        vectors = [normalized(v[:dimensions]) for v in vectors]
+    reply = {
+        "model": name,
+        "embeddings": vectors,
+        "total_duration": time.monotonic_ns() - start_ns,
+        "load_duration": loaded_ns - start_ns,
+        "prompt_eval_count": sum(token_estimate(t) for t in inputs),
+    }
+    return await gin_json(request, {k: v for k, v in reply.items() if v})
+
+
+async def embeddings(fake: Engine, request: web.Request) -> web.StreamResponse:
+    body = await json_body(request)
+    name = str(body.get("model") or "")
+    model = fake.require(name, 'model "{name}" not found, try pulling it first')
+    run = fake.run(model, body, time.monotonic_ns(), think=False, chat=False)
+    await fake.embed_phases(run)
+    prompt = body.get("prompt") or ""
+    # The legacy route widens each float32 to float64, so the long digits show.
+    vector = [float(v) for v in embedding(model, prompt)] if prompt else []
+    return await gin_json(request, {"embedding": vector})
+
+
+ROUTES: list[Route] = [
+    ("GET HEAD", "/", root),
+    ("GET HEAD", "/api/version", version),
+    ("GET HEAD", "/api/tags", tags),
+    ("GET", "/api/ps", ps),
+    ("POST", "/api/show", show),
+    ("POST", "/api/generate", generate),
+    ("POST", "/api/chat", chat),
+    ("POST", "/api/embed", embed),
+    ("POST", "/api/embeddings", embeddings),
+]
