@@ -1,5 +1,4 @@
-"""The derived figures of the README's "Measurements" that are more than a property of
-Exchange or Usage, defined once for the metrics, the recorder and bench."""
+"""The README's derived "Measurements" beyond Exchange's and Usage's properties, defined once."""
 
 from __future__ import annotations
 
@@ -30,8 +29,8 @@ def ctx_class(context_tokens: int) -> str:
 
 
 def request_num_ctx(options: dict[str, Any] | None) -> int | None:
-    """The request's `options.num_ctx` as Ollama reads it (a float is truncated); None when
-    it sets none that is a count of at least 1, and the runtime num_ctx is the loaded model's."""
+    """The request's `options.num_ctx` as Ollama reads it (a float is truncated), or None when
+    it sets no count of at least 1: then the runtime num_ctx is the loaded model's."""
     return ollama._count((options or {}).get("num_ctx")) or None
 
 

@@ -20,15 +20,15 @@ class Family:
     """Upper bounds of a histogram's buckets (+Inf implied)."""
 
 
-def counter(name: str, labels: tuple[str, ...], help: str) -> Family:
+def _counter(name: str, labels: tuple[str, ...], help: str) -> Family:
     return Family(name, "counter", labels, help)
 
 
-def gauge(name: str, labels: tuple[str, ...], help: str) -> Family:
+def _gauge(name: str, labels: tuple[str, ...], help: str) -> Family:
     return Family(name, "gauge", labels, help)
 
 
-def histogram(name: str, labels: tuple[str, ...], help: str, buckets: tuple[float, ...]) -> Family:
+def _histogram(name: str, labels: tuple[str, ...], help: str, buckets: tuple[float, ...]) -> Family:
     return Family(name, "histogram", labels, help, buckets)
 
 
@@ -64,173 +64,173 @@ E, M, S = "endpoint", "model", "stream"
 # --- The proxy itself, and the metrics observer's per-exchange families
 
 # fmt: off
-BUILD_INFO: Final = gauge(
+BUILD_INFO: Final = _gauge(
     "ollama_tap_build_info", ("version", "python_version"),
     "Build of ollama-tap (=1).",
 )
-REQUESTS: Final = counter(
+REQUESTS: Final = _counter(
     "ollama_tap_requests_total", (E, M, "status"),
     "Exchanges, by the status the client got.",
 )
-REQUEST_ERRORS: Final = counter(
+REQUEST_ERRORS: Final = _counter(
     "ollama_tap_request_errors_total", (E, M, "kind"),
     "Exchanges by outcome other than ok.",
 )
-IN_FLIGHT: Final = gauge(
+IN_FLIGHT: Final = _gauge(
     "ollama_tap_requests_in_flight", (E, M),
     "Exchanges from request to end.",
 )
-RESPONSES: Final = counter(
+RESPONSES: Final = _counter(
     "ollama_tap_responses_total", (E, M, "done_reason"),
     "Replies carrying a done_reason.",
 )
-DURATION: Final = histogram(
+DURATION: Final = _histogram(
     "ollama_tap_request_duration_seconds", (E, M, S),
     "Request head to last byte.", DURATION_BUCKETS,
 )
-TTFT: Final = histogram(
+TTFT: Final = _histogram(
     "ollama_tap_time_to_first_token_seconds", (E, M),
     "Request head to first output.", LATENCY_BUCKETS,
 )
-TTFC: Final = histogram(
+TTFC: Final = _histogram(
     "ollama_tap_time_to_first_content_seconds", (E, M),
     "Request head to first non-thinking output.", LATENCY_BUCKETS,
 )
-INTER_TOKEN: Final = histogram(
+INTER_TOKEN: Final = _histogram(
     "ollama_tap_inter_token_latency_seconds", (E, M),
     "Gaps between output chunks as relayed.", INTER_TOKEN_BUCKETS,
 )
-OUTPUT_RATE: Final = histogram(
+OUTPUT_RATE: Final = _histogram(
     "ollama_tap_observed_output_rate", (E, M),
     "Output events per second as relayed (streams).", RATE_BUCKETS,
 )
-LOAD: Final = histogram(
+LOAD: Final = _histogram(
     "ollama_tap_load_duration_seconds", (E, M, S),
     "Ollama's load_duration.", DURATION_BUCKETS,
 )
-QUEUE_WAIT: Final = histogram(
+QUEUE_WAIT: Final = _histogram(
     "ollama_tap_queue_wait_seconds", (E, M, S),
     "total - load - prompt_eval - eval, clamped at 0.", LATENCY_BUCKETS,
 )
-PROMPT_EVAL: Final = histogram(
+PROMPT_EVAL: Final = _histogram(
     "ollama_tap_prompt_eval_duration_seconds", (E, M, S),
     "Ollama's prompt_eval_duration (prefill).", LATENCY_BUCKETS,
 )
-EVAL: Final = histogram(
+EVAL: Final = _histogram(
     "ollama_tap_eval_duration_seconds", (E, M, S),
     "Ollama's eval_duration (decode).", DURATION_BUCKETS,
 )
-DECODE_RATE: Final = histogram(
+DECODE_RATE: Final = _histogram(
     "ollama_tap_decode_tokens_per_second", (E, M),
     "eval_count / eval_duration.", RATE_BUCKETS,
 )
-PREFILL_RATE: Final = histogram(
+PREFILL_RATE: Final = _histogram(
     "ollama_tap_prefill_tokens_per_second", (E, M),
     "Uncached prompt tokens / prompt_eval_duration.", RATE_BUCKETS,
 )
-DECODE_TOKENS: Final = counter(
+DECODE_TOKENS: Final = _counter(
     "ollama_tap_decode_tokens_total", (M, "ctx"),
     "eval_count (rate pair).",
 )
-DECODE_SECONDS: Final = counter(
+DECODE_SECONDS: Final = _counter(
     "ollama_tap_decode_seconds_total", (M, "ctx"),
     "eval_duration (rate pair).",
 )
-PREFILL_TOKENS: Final = counter(
+PREFILL_TOKENS: Final = _counter(
     "ollama_tap_prefill_tokens_total", (M,),
     "Uncached prompt tokens (rate pair).",
 )
-PREFILL_SECONDS: Final = counter(
+PREFILL_SECONDS: Final = _counter(
     "ollama_tap_prefill_seconds_total", (M,),
     "prompt_eval_duration (rate pair).",
 )
-PROMPT_TOKENS: Final = counter(
+PROMPT_TOKENS: Final = _counter(
     "ollama_tap_prompt_tokens_total", (E, M),
     "Prompt tokens, every source.",
 )
-CACHED_TOKENS: Final = counter(
+CACHED_TOKENS: Final = _counter(
     "ollama_tap_prompt_cached_tokens_total", (E, M),
     "Prompt tokens served from the cache.",
 )
-GENERATION_TOKENS: Final = counter(
+GENERATION_TOKENS: Final = _counter(
     "ollama_tap_generation_tokens_total", (E, M),
     "Generated tokens, every source.",
 )
-CONTEXT_TOKENS: Final = histogram(
+CONTEXT_TOKENS: Final = _histogram(
     "ollama_tap_context_tokens", (E, M),
     "prompt_eval_count + eval_count.", CONTEXT_TOKEN_BUCKETS,
 )
-UTILIZATION: Final = histogram(
+UTILIZATION: Final = _histogram(
     "ollama_tap_context_utilization_ratio", (E, M),
     "Context tokens / runtime num_ctx.", UTILIZATION_BUCKETS,
 )
-COLD_STARTS: Final = counter(
+COLD_STARTS: Final = _counter(
     "ollama_tap_cold_starts_total", (M,),
     "Replies whose load took > 1 s.",
 )
 
 # --- The upstream poller's
 
-UPSTREAM_UP: Final = gauge(
+UPSTREAM_UP: Final = _gauge(
     "ollama_tap_upstream_up", (),
     "1 when Ollama answered the last poll.",
 )
-UPSTREAM_INFO: Final = gauge(
+UPSTREAM_INFO: Final = _gauge(
     "ollama_tap_upstream_info", ("version",),
     "Ollama's version (=1).",
 )
-POLL_ERRORS: Final = counter(
+POLL_ERRORS: Final = _counter(
     "ollama_tap_upstream_poll_errors_total", (),
     "Failed reads of /api/version, /api/tags, /api/ps, /api/show.",
 )
-MODEL_LOADED: Final = gauge(
+MODEL_LOADED: Final = _gauge(
     "ollama_tap_model_loaded", (M,),
     "1 while /api/ps lists the model.",
 )
-MODEL_VRAM: Final = gauge(
+MODEL_VRAM: Final = _gauge(
     "ollama_tap_model_vram_bytes", (M,),
     "size_vram per /api/ps.",
 )
-MODEL_SIZE: Final = gauge(
+MODEL_SIZE: Final = _gauge(
     "ollama_tap_model_size_bytes", (M,),
     "size per /api/ps.",
 )
-MODEL_CONTEXT_LENGTH: Final = gauge(
+MODEL_CONTEXT_LENGTH: Final = _gauge(
     "ollama_tap_model_context_length", (M,),
     "Runtime context (num_ctx) per /api/ps.",
 )
-MODEL_LOADS: Final = counter(
+MODEL_LOADS: Final = _counter(
     "ollama_tap_model_loads_total", (M,),
     "Models appearing in /api/ps.",
 )
-MODEL_UNLOADS: Final = counter(
+MODEL_UNLOADS: Final = _counter(
     "ollama_tap_model_unloads_total", (M,),
     "Models leaving /api/ps.",
 )
-MODEL_INFO: Final = gauge(
+MODEL_INFO: Final = _gauge(
     "ollama_tap_model_info", (M, "family", "parameter_size", "quantization"),
     "Model details per /api/show (=1).",
 )
 
 # --- The recorder's, and the hooks'
 
-RECORDS_DROPPED: Final = counter(
+RECORDS_DROPPED: Final = _counter(
     "ollama_tap_records_dropped_total", (),
     "Records dropped because the recorder's queue was full (traffic was not slowed).",
 )
-WRITE_ERRORS: Final = counter(
+WRITE_ERRORS: Final = _counter(
     "ollama_tap_recorder_write_errors_total", (),
     "Records the writer failed to store.",
 )
-QUEUE_DEPTH: Final = gauge(
+QUEUE_DEPTH: Final = _gauge(
     "ollama_tap_recorder_queue_depth", (),
     "Records waiting for the writer thread.",
 )
-DB_SIZE: Final = gauge(
+DB_SIZE: Final = _gauge(
     "ollama_tap_db_size_bytes", (),
     "Size of the recordings database on disk (main file and write-ahead log).",
 )
-OBSERVER_ERRORS: Final = counter(
+OBSERVER_ERRORS: Final = _counter(
     "ollama_tap_observer_errors_total", ("observer", "hook"),
     "Exceptions raised by an observer's hook (the hook was skipped, traffic unaffected).",
 )

@@ -1,5 +1,4 @@
-"""The metrics observer, which turns each exchange into the request families, and the
-/metrics handler."""
+"""MetricsObserver, which feeds the request families from exchanges, and the /metrics handler."""
 
 from __future__ import annotations
 
