@@ -33,9 +33,11 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from proxy.exchange import Exchange, Outcome, OutputChunk
+from proxy.metrics.families import OBSERVER_ERRORS
+from proxy.metrics.registered import counter
 
 _PER_EXCHANGE: Final = ("request", "response_headers", "response", "error")
 """The hooks fired once per exchange; `chunk` (and `chunks`) are dispatched per read."""
@@ -55,12 +57,7 @@ class Hooks:
 
     def __init__(self, observers: Iterable[object], registry: CollectorRegistry) -> None:
         self.observers = list(observers)
-        self._errors = Counter(
-            "ollama_tap_observer_errors_total",
-            "Exceptions raised by an observer's hook (the hook was skipped, traffic unaffected).",
-            ["observer", "hook"],
-            registry=registry,
-        )
+        self._errors = counter(registry, OBSERVER_ERRORS)
         # Bound methods resolved once, so a hook with no takers costs one empty loop.
         self._table: dict[str, list[tuple[str, Callable[..., Any]]]] = {
             hook: [

@@ -12,7 +12,7 @@ from yarl import URL
 
 from proxy import ollama
 from proxy.exchange import Exchange, Outcome, OutputChunk, RequestFields
-from proxy.recorder.record import timings
+from proxy.measures import timings
 
 Api = Literal["generate", "chat"]
 

@@ -10,10 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config import RecordMode, Settings
 from proxy.exchange import Exchange, OutputChunk
+from proxy.metrics import RecorderMetrics
 from proxy.names import recordable
 from proxy.recorder.retention import Retention
 from proxy.recorder.scope import Capture, Scope, scope_of
-from proxy.recorder.stats import RecorderMetrics
 from proxy.recorder.store import Store
 from proxy.recorder.timeline import Timeline
 from proxy.recorder.writer import Writer

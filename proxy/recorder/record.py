@@ -10,7 +10,7 @@ output, context or a timeline):
 - ``full``: every column, allow-listed request and response headers, the request body
   (media as placeholders), the reply or final object (vectors as placeholders, ``context``
   moved out), ``context`` ids, the timeline with its text, numeric options, media hashes.
-- ``metadata``: DESIGN's allow-list only — no query string and no client address (either
+- ``metadata``: an allow-list only — no query string and no client address (either
   may identify a person), no headers, no text of any kind, no context ids (their count
   is the ``context_len`` column), timeline offsets, kinds and wire sizes without text.
 """
@@ -18,7 +18,6 @@ output, context or a timeline):
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
 from typing import Any, Final
 
 import orjson
@@ -26,6 +25,7 @@ import orjson
 from proxy import ollama
 from proxy.config import RecordMode
 from proxy.exchange import Exchange
+from proxy.measures import timings
 from proxy.recorder.redact import BODY_CAP, allowed_headers, capped, redacted_query, scrub
 from proxy.recorder.scope import Capture, Scope
 
@@ -39,42 +39,6 @@ COLUMNS: Final = (
 )  # fmt: skip
 ROW_OVERHEAD: Final = 256
 """Rough bytes of a row's scalar columns and index entries, for size-based retention."""
-_NS: Final = 1e9
-
-
-def _wall(created_at: str | None) -> float | None:
-    if not created_at:
-        return None
-    try:
-        return datetime.fromisoformat(created_at).timestamp()
-    except ValueError:
-        return None
-
-
-def timings(ex: Exchange) -> dict[str, float | None]:
-    """Client-side times (seconds) and Ollama's phases, with the derived ones of DESIGN."""
-    out: dict[str, float | None] = {
-        "ttft": ex.ttft, "ttfc": ex.ttfc, "duration": ex.duration,
-        "server_ttft": None, "client_overhead": None, "load": None, "queue_wait": None,
-        "prefill": None, "decode": None, "total": None,
-    }  # fmt: skip
-    u = ex.usage
-    if u is None or not u.has_timings:
-        return out
-    total = u.total_duration / _NS
-    out.update(load=u.load_duration / _NS, total=total)
-    if ex.endpoint in ollama.NATIVE_GENERATION:
-        # Only generate/chat replies have phases (as in the metrics): an embedding reply
-        # reports no prefill or decode, so its compute would all show as "queue wait".
-        out.update(prefill=u.prompt_eval_duration / _NS, decode=u.eval_duration / _NS)
-        out["queue_wait"] = u.queue_wait_ns / _NS
-    first, final = _wall(ex.first_created_at), _wall(ex.final_created_at)
-    if first is not None and final is not None:
-        server_ttft = first - (final - total)
-        out["server_ttft"] = server_ttft
-        if ex.ttft is not None:
-            out["client_overhead"] = ex.ttft - server_ttft
-    return out
 
 
 def _context(ex: Exchange) -> list[int] | None:

@@ -28,11 +28,11 @@ import structlog
 
 from proxy.config import RecordMode
 from proxy.exchange import Exchange
+from proxy.metrics import RecorderMetrics
 from proxy.recorder.record import COLUMNS, to_row
 from proxy.recorder.retention import Retention, prune
 from proxy.recorder.schema import open_writer
 from proxy.recorder.scope import Capture
-from proxy.recorder.stats import RecorderMetrics
 
 QUEUE_BYTES: Final = 256 * 1024 * 1024
 """What the queued exchanges may hold in bodies and parsed replies (vision requests and
