@@ -79,7 +79,7 @@ PROXY_TESTS_ONLY := --ignore=tests/deploy --ignore=tests/inspector --ignore=test
 
 ## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one
 unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled
-	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.test_aiohttp_relay_mode $(PROXY_TESTS_ONLY)
+	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.support.aiohttp_relay_mode $(PROXY_TESTS_ONLY)
 
 ## the same proxy tests against the .py sources (an OLLAMA_TAP_PURE_PYTHON=1 install), and
 ## the tests that patch module internals, which compiled modules do not see
