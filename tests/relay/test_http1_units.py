@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from yarl import URL
 
 from proxy.config import Settings
-from proxy.exchange import Exchange, Outcome
+from proxy.exchange import Outcome
 from proxy.hooks import Hooks
 from proxy.relay.http1.flow import FlowControl
 from proxy.relay.http1.pool import UpstreamPool
@@ -21,6 +21,7 @@ from proxy.relay.http1.request import FrontRequest
 from proxy.relay.http1.server import Front, FrontConnection
 from proxy.relay.http1.serves import OwnedPaths, Rule
 from proxy.relay.tap import Tap
+from tests.support.spy import Spy
 
 
 class Transport(asyncio.Transport):
@@ -95,18 +96,6 @@ class Handed(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.data += data
-
-
-class Ended:
-    name = "ended"
-
-    def __init__(self) -> None:
-        self.exchanges: list[Exchange] = []
-
-    def response(self, ex: Exchange) -> None:
-        self.exchanges.append(ex)
-
-    error = response
 
 
 def front(routes: tuple[str, ...] = ("/_tap/healthz", "/_tap/{tail:.*}", "/metrics")) -> Front:
@@ -194,7 +183,7 @@ async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_free
     reply.feed(b'{"ok":true}')
     assert reply.ended and link.ended == [reply] and not link.paused
 
-    ended = Ended()
+    ended = Spy()
     tap = Tap(Settings(upstream="http://127.0.0.1:9"), Hooks([ended], CollectorRegistry()))
     transport = Transport()
 
@@ -226,4 +215,4 @@ async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_free
     head, _, body = bytes(transport.written).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b'{"ok":true}'
     assert not link.paused and not link.aborted
-    assert [ex.outcome for ex in ended.exchanges] == [Outcome.OK]
+    assert [ex.outcome for ex in ended.ended] == [Outcome.OK]
