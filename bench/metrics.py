@@ -20,7 +20,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
-from proxy.metrics import MetricsObserver
+from proxy.metrics.observer import MetricsObserver
 from proxy.names import ModelLabels
 
 T0 = 100.0

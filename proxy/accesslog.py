@@ -24,7 +24,7 @@ class AccessLog:
 
     def _line(self, ex: Exchange) -> None:
         if not self.log.is_enabled_for(logging.INFO):
-            return  # --log-level warning: the line is not built at all (~10 µs a request)
+            return  # --log-level warning: the line is not built at all
         self.log.info(
             "exchange",
             id=ex.id,

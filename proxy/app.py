@@ -13,7 +13,7 @@ from proxy.config import Settings
 from proxy.hooks import Hooks
 from proxy.hostcheck import host_check, local_addresses
 from proxy.inspector import add_routes as add_inspector_routes
-from proxy.metrics import MetricsObserver, metrics_handler
+from proxy.metrics.observer import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
 from proxy.recorder import Recorder
 from proxy.recorder.api import add_routes as add_recorder_routes

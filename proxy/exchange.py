@@ -49,8 +49,7 @@ class OutputChunk:
     """Size of the line or event that carried it."""
 
     def __init__(self, at: float, kind: OutputKind, text: str, nbytes: int) -> None:
-        # Written out, not generated: one is made per token, and compiled (mypyc) only a
-        # hand-written __init__ is native (the dataclass one runs interpreted).
+        # Written out: one is made per token (docs/architecture.md, mypyc).
         self.at, self.kind, self.text, self.nbytes = at, kind, text, nbytes
 
     def __reduce__(self) -> tuple[type[OutputChunk], tuple[float, OutputKind, str, int]]:
@@ -251,8 +250,7 @@ class Exchange:
         started_wall: float | None = None,
         request: RequestFields | None = None,
     ) -> None:
-        # Written out, not generated: compiled (mypyc), a dataclass's generated __init__
-        # runs interpreted, a tenth of the work on a request's way to its first token.
+        # Written out: one is made per request (docs/architecture.md, mypyc).
         self.method, self.path, self.query = method, path, query
         self.endpoint, self.client, self.request_headers = endpoint, client, request_headers
         self.id = new_id() if id is None else id

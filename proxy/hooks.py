@@ -7,9 +7,9 @@ Hooks fire in this order for every exchange, from the event loop, and must retur
 - ``request(ex)``: once, when the request body has been relayed upstream (or the upstream
   answered first, or could not be reached) and its fields are on ``ex.request``.
 - ``response_headers(ex)``: once, when the upstream's status and headers are known. Not
-  fired when the upstream was unreachable. The aiohttp relay fires it before the client's
-  response head is written; the default relay right after (observers never delay the first
-  token), and ``request`` with it if the upstream answered before that had run.
+  fired when the upstream was unreachable. The aiohttp transport fires it before the
+  client's response head is written; the HTTP/1 transport right after (observers never delay
+  the first token), and ``request`` with it if the upstream answered before that had run.
 - ``chunk(ex, piece)``: for each output piece (``OutputChunk``), right after the bytes
   carrying it were written to the client. Only for replies whose framing was parsed.
   An observer may implement ``chunks(ex, pieces)`` instead: the same pieces, in the same

@@ -15,7 +15,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from proxy.config import Settings
-from proxy.metrics import UpstreamMetrics
+from proxy.metrics.registered import UpstreamMetrics
 from proxy.names import ModelLabels, is_valid_name, model_key, valid_key
 from proxy.ollama.payloads import count_or_none, count_or_zero, dict_or_none, str_or_empty
 

@@ -90,7 +90,7 @@ def test_note_outputs_equals_note_output_piece_by_piece() -> None:
 
 
 def test_metrics_gaps_are_the_same_batched_or_one_by_one() -> None:
-    from proxy.metrics import MetricsObserver
+    from proxy.metrics.observer import MetricsObserver
     from proxy.names import ModelLabels
 
     times = [0.10, 0.10, 0.10, 0.25, 0.31, 0.31, 0.90]

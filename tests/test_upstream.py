@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config import Settings
 from proxy.exchange import Outcome, Usage
-from proxy.metrics import MetricsObserver
+from proxy.metrics.observer import MetricsObserver
 from proxy.names import ModelLabels
 from proxy.upstream import UpstreamPoller
 from tests.support.exchanges import new_exchange

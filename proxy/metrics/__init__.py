@@ -1,8 +1,3 @@
-"""The ollama_tap_* metrics: the families, the observer that feeds them, and /metrics."""
-
-from __future__ import annotations
-
-from proxy.metrics.observer import MetricsObserver, metrics_handler
-from proxy.metrics.registered import Children, RecorderMetrics, UpstreamMetrics
-
-__all__ = ["Children", "MetricsObserver", "RecorderMetrics", "UpstreamMetrics", "metrics_handler"]
+"""Prometheus metrics: the family table, the families on a registry, the observer, and the
+histograms counted on the loop (each imported from its module: the observer needs aiohttp's
+server, which the recorder's and the CLI's imports must not pull in)."""

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config import RecordMode, Settings
 from proxy.exchange import Exchange, OutputChunk
-from proxy.metrics import RecorderMetrics
+from proxy.metrics.registered import RecorderMetrics
 from proxy.names import recordable
 from proxy.recorder.retention import Retention
 from proxy.recorder.scope import Capture, Scope, scope_of

@@ -50,6 +50,5 @@ class Capture:
     def __init__(
         self, scope: Scope, model: str | None, digest: str | None, timeline: Timeline | None
     ) -> None:
-        # Written out: one is made per request, and compiled (mypyc) a dataclass's
-        # generated __init__ runs interpreted.
+        # Written out: one is made per request (docs/architecture.md, mypyc).
         self.scope, self.model, self.digest, self.timeline = scope, model, digest, timeline

@@ -28,7 +28,7 @@ import structlog
 
 from proxy.config import RecordMode
 from proxy.exchange import Exchange
-from proxy.metrics import RecorderMetrics
+from proxy.metrics.registered import RecorderMetrics
 from proxy.recorder.record import COLUMNS, to_row
 from proxy.recorder.retention import Retention, prune
 from proxy.recorder.schema import open_writer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.metrics import Children
+from proxy.metrics.registered import Children
 
 
 def test_children_are_the_familys_own_and_made_on_first_lookup() -> None:

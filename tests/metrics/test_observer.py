@@ -15,7 +15,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
-from proxy.metrics import MetricsObserver, metrics_handler
+from proxy.metrics.observer import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
 from tests.support.exchanges import new_exchange
 
