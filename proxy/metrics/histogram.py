@@ -3,8 +3,9 @@ inter-token one on every token), so their updates must cost next to nothing.
 
 prometheus_client's `Histogram.observe` takes a lock and walks the buckets in Python, a cost
 paid about ten times per exchange and once per relayed token (docs/performance-log.md has the
-figures). Here an observation is one C-level bisect and two list updates, with no lock: every update happens on the event loop, and so does `collect()`
-(the metrics handler runs there). The families are exposed through the library's
+figures). Here an observation is one C-level bisect and two list updates, with no lock:
+every update happens on the event loop, and so does `collect()` (the metrics handler runs
+there). The families are exposed through the library's
 custom-collector API, so exposition (including the `_created` series), content negotiation
 and `get_sample_value` are the library's own; a test holds the exposition equal to the
 library's Histogram.
