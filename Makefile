@@ -7,7 +7,7 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 ARGS    ?=
 
-SOURCES := $(wildcard proxy/*.py proxy/*/*.py)
+SOURCES := $(shell find proxy -name '*.py')
 # A build's extension modules: gone before any install, so none outlives its sources.
 UNBUILD := find proxy -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sources
 
