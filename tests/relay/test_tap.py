@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import pytest
@@ -74,10 +74,14 @@ class Body:
             yield piece
 
 
-def tapped(
-    path: str = "/api/generate", body: Body | None = None, **settings: Any
-) -> tuple[Tapped, Calls]:
-    """An exchange as a transport would make it (its request is at `.incoming`)."""
+class Made(NamedTuple):
+    tapped: Tapped
+    calls: Calls
+    incoming: Incoming
+
+
+def tapped(path: str = "/api/generate", body: Body | None = None, **settings: Any) -> Made:
+    """An exchange as a transport would make it, what its hooks saw, and its request."""
     calls = Calls()
     tap = Tap(
         Settings(upstream="http://127.0.0.1:11434", **settings), Hooks([calls], CollectorRegistry())
@@ -91,14 +95,13 @@ def tapped(
         body or Body([b'{"model":"m","prompt":"hi"}']),
         True,
     )
-    made = Tapped(tap, incoming)
-    made.incoming = incoming  # type: ignore[attr-defined]
-    return made, calls
+    return Made(Tapped(tap, incoming), calls, incoming)
 
 
 async def test_a_streamed_reply_fires_every_hook_once_in_order() -> None:
-    t, calls = tapped()
-    assert await t.upload(t.incoming) is not None  # type: ignore[attr-defined]
+    made = tapped()
+    t, calls = made.tapped, made.calls
+    assert await t.upload(made.incoming) is not None
     t.fire_request()
     t.reply_head(200, NDJSON, 1.0)
     t.announce()
@@ -118,8 +121,9 @@ async def test_a_streamed_reply_fires_every_hook_once_in_order() -> None:
 
 
 async def test_the_body_at_hand_is_teed_and_parsed_once() -> None:
-    t, calls = tapped()
-    incoming_body = await t.upload(t.incoming)  # type: ignore[attr-defined]
+    made = tapped()
+    t, calls = made.tapped, made.calls
+    incoming_body = await t.upload(made.incoming)
     assert incoming_body == b'{"model":"m","prompt":"hi"}'
     t.fire_request()
     t.fire_request()
@@ -128,8 +132,9 @@ async def test_the_body_at_hand_is_teed_and_parsed_once() -> None:
 
 
 async def test_a_streamed_body_fires_the_request_hook_at_its_end() -> None:
-    t, calls = tapped(body=Body([b'{"model":', b'"m2"}'], streamed=True))
-    stream = await t.upload(t.incoming)  # type: ignore[attr-defined]
+    made = tapped(body=Body([b'{"model":', b'"m2"}'], streamed=True))
+    t, calls = made.tapped, made.calls
+    stream = await t.upload(made.incoming)
     assert not isinstance(stream, bytes) and stream is not None
     pieces = []
     async for piece in stream:
@@ -139,10 +144,9 @@ async def test_a_streamed_body_fires_the_request_hook_at_its_end() -> None:
 
 
 async def test_a_body_past_the_tee_limit_is_relayed_but_not_parsed() -> None:
-    t, calls = tapped(
-        body=Body([b'{"model":"m","prompt":"' + b"x" * 100 + b'"}']), body_tee_limit=50
-    )
-    await t.upload(t.incoming)  # type: ignore[attr-defined]
+    made = tapped(body=Body([b'{"model":"m","prompt":"' + b"x" * 100 + b'"}']), body_tee_limit=50)
+    t, calls = made.tapped, made.calls
+    await t.upload(made.incoming)
     t.fire_request()
     assert t.ex.request is not None and t.ex.request.truncated
     assert t.ex.request_body is None and t.ex.request_bytes > 50
@@ -158,7 +162,8 @@ async def test_a_body_past_the_tee_limit_is_relayed_but_not_parsed() -> None:
     ],
 )
 async def test_a_proxy_made_error_takes_the_route_familys_shape(path: str, shape: Any) -> None:
-    t, calls = tapped(path)
+    made = tapped(path)
+    t, calls = made.tapped, made.calls
     body = orjson.loads(t.proxy_error(502, "ollama-tap: no"))
     t.finish(Outcome.UPSTREAM_UNREACHABLE)
     if shape == "openai":
@@ -182,7 +187,7 @@ async def test_a_proxy_made_error_takes_the_route_familys_shape(path: str, shape
     ],
 )
 async def test_a_cut_stream_ends_as_far_as_it_got(pieces: list[bytes], outcome: Outcome) -> None:
-    t, _ = tapped()
+    t = tapped().tapped
     t.reply_head(200, NDJSON)
     t.announce()
     for piece in pieces:
@@ -192,7 +197,7 @@ async def test_a_cut_stream_ends_as_far_as_it_got(pieces: list[bytes], outcome: 
 
 
 async def test_a_cut_single_reply_is_incomplete() -> None:
-    t, _ = tapped()
+    t = tapped().tapped
     t.reply_head(200, JSON)
     t.read_piece(b'{"model":"m","done":tr', 1.0)
     assert t.cut(ConnectionResetError("gone")) is Outcome.INCOMPLETE
@@ -232,7 +237,8 @@ class Driven:
 async def test_a_cancelled_exchange_ends_as_a_disconnect_or_shutdown(
     shutting_down: bool, outcome: Outcome
 ) -> None:
-    t, calls = tapped()
+    made = tapped()
+    t, calls = made.tapped, made.calls
     tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
     tap.shutting_down = shutting_down
 
@@ -248,14 +254,18 @@ async def test_a_bug_before_the_reply_is_a_500_and_after_it_a_cut() -> None:
     async def bug() -> None:
         raise RuntimeError("a bug")
 
-    t, calls = tapped()
+    made = tapped()
+
+    t, calls = made.tapped, made.calls
     tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
     before = Driven(t, bug)
     assert await tap.drive(before) == "error"
     assert before.errors[0][0] == 500 and "internal error" in before.errors[0][1]
     assert calls.seen[-1] == ("error", Outcome.PROXY_ERROR)
 
-    t2, calls2 = tapped()
+    made2 = tapped()
+
+    t2, calls2 = made2.tapped, made2.calls
     after = Driven(t2, bug, started=True)
     with pytest.raises(RuntimeError):
         await tap.drive(after)
@@ -264,7 +274,8 @@ async def test_a_bug_before_the_reply_is_a_500_and_after_it_a_cut() -> None:
 
 
 async def test_shutdown_cancels_what_is_still_in_flight_after_the_grace() -> None:
-    t, calls = tapped()
+    made = tapped()
+    t, calls = made.tapped, made.calls
     tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
 
     async def forever() -> None:
