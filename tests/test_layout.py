@@ -10,6 +10,7 @@ from typing import Final
 PACKAGE: Final = Path(__file__).resolve().parent.parent / "proxy"
 MAX_LINES: Final = 400
 
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -35,6 +35,12 @@ READ_TIMEOUT_MESSAGE: Final = "Timeout on reading data from socket"
 """aiohttp's words for a silent upstream: both transports report one alike."""
 
 INTERNAL_ERROR: Final = "ollama-tap: internal error while relaying this request; see the proxy log."
+REFUSED_PIPELINED: Final = (
+    "ollama-tap: this request was pipelined behind another on the same connection, and "
+    "requests to /_tap/, the metrics path or in HTTP/1.0 must come first on theirs"
+)
+"""The 400 for a request the HTTP/1 transport cannot hand to aiohttp's server: it began in
+the read that ended the request before it."""
 
 
 def broken_reason(exc: BaseException) -> str:

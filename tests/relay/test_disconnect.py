@@ -167,11 +167,11 @@ async def test_a_request_sent_on_arrival_is_recorded_and_stopped_when_its_client
     sent: list[bool] = []
     send = server.send_on_arrival
 
-    def send_then_lose(pool: UpstreamPool, target: UpstreamTarget, request: FrontRequest) -> None:
-        send(pool, target, request)
-        sent.append(request.sent is not None)
+    def send_then_lose(pool: UpstreamPool, target: UpstreamTarget, request: FrontRequest) -> bool:
+        sent.append(send(pool, target, request) and request.sent is not None)
         (conn,) = [c for c in proxy.app[FRONT].connections if c.fresh is request]
         conn.transport.abort()
+        return sent[-1]
 
     monkeypatch.setattr(server, "send_on_arrival", send_then_lose)
     _, writer = await asyncio.open_connection(proxy.host, proxy.port)

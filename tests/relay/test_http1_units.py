@@ -14,7 +14,7 @@ from proxy.config import Settings
 from proxy.exchange import Outcome
 from proxy.hooks import Hooks
 from proxy.relay.http1.flow import FlowControl
-from proxy.relay.http1.pool import UpstreamPool
+from proxy.relay.http1.pool import UpstreamConnection, UpstreamPool
 from proxy.relay.http1.relay import Http1Relay
 from proxy.relay.http1.reply import Reply
 from proxy.relay.http1.request import FrontRequest
@@ -216,3 +216,25 @@ async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_free
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b'{"ok":true}'
     assert not link.paused and not link.aborted
     assert [ex.outcome for ex in ended.ended] == [Outcome.OK]
+
+
+async def test_a_request_that_arrived_whole_is_sent_before_its_exchange_runs() -> None:
+    """With an idle pooled connection, the request is written upstream from the read that
+    brought it; the exchange's task has not run yet (it adopts the reply)."""
+    made = front()
+    upstream, wire = UpstreamConnection(made.pool, asyncio.get_running_loop()), Transport()
+    upstream.connection_made(wire)
+    made.pool.release(upstream)
+    conn, _ = connected(made)
+    body = b'{"model":"m","prompt":"hi"}'
+    conn.data_received(
+        b"POST /api/generate?x=1 HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%b"
+        % (len(body), body)
+    )
+    assert bytes(wire.written) == (
+        b"POST /api/generate?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nContent-Length: 27\r\n\r\n" + body
+    )
+    assert conn.task is not None and not conn.task.done() and conn.relay is None
+    conn.task.cancel()
+    conn.connection_lost(None)
+

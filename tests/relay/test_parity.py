@@ -43,9 +43,10 @@ async def through(
 ) -> tuple[Recorder, tuple[int, list[tuple[str, str]], bytes]]:
     """One request through a new proxy; `warm`: after another one, so that an idle pooled
     connection waits (the front then sends a request that arrived whole on arrival).
-    `on_arrival` is told whether the front sent this one on arrival."""
+    `on_arrival` is told whether the front sent this one on arrival (it logs that at debug
+    level)."""
     recorder = Recorder()
-    proxy = await proxy_factory(relay=relay, observers=(recorder,), **kw)
+    proxy = await proxy_factory(relay=relay, observers=(recorder,), log_level="debug", **kw)
     if warm:
         async with aiohttp.ClientSession() as s:
             await fetch(s, "GET", proxy.url + "/api/version", None)

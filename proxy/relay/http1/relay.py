@@ -45,18 +45,18 @@ class Client(Protocol):
         ...
 
 
-def send_on_arrival(pool: UpstreamPool, target: UpstreamTarget, request: FrontRequest) -> None:
+def send_on_arrival(pool: UpstreamPool, target: UpstreamTarget, request: FrontRequest) -> bool:
     """Send a request that arrived whole upstream from the callback it arrived in, on an
     idle pooled connection, before its exchange is made; its relay adopts the reply.
 
     The exchange's task runs only after every other callback of this loop turn (other
     streams' tokens, other requests), and making the Exchange and its relay costs as much
     again: the first token's wait would include both. The bytes are those `Http1Relay.send`
-    would write. Without an idle connection the relay connects itself.
+    would write. Without an idle connection the relay connects itself (False).
     """
     conn = pool.idle()
     if conn is None:
-        return
+        return False
     body = request.body.whole() if request.has_body else None
     head, _ = upstream_head(
         request.method,
@@ -67,7 +67,7 @@ def send_on_arrival(pool: UpstreamPool, target: UpstreamTarget, request: FrontRe
         False,
     )
     request.sent = conn.send(head + (body or b""), request.method == "HEAD", True)
-    log.debug("sent_on_arrival", method=request.method, path=request.rel_url.raw_path)
+    return True
 
 
 class Http1Relay(ReplySink):

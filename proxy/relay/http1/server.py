@@ -19,7 +19,7 @@ import structlog
 from multidict import CIMultiDict
 
 from proxy.ollama import error_body
-from proxy.relay.failures import ClientGone
+from proxy.relay.failures import REFUSED_PIPELINED, ClientGone
 from proxy.relay.headers import error_response, text
 from proxy.relay.http1.flow import FlowControl
 from proxy.relay.http1.pool import UpstreamPool
@@ -40,10 +40,6 @@ MAX_HEAD: Final = 128 * 1024
 request goes to aiohttp, which refuses it, or the connection is cut."""
 MAX_QUEUED: Final = 16
 """Pipelined requests parsed ahead of the one being answered before reading pauses."""
-_REFUSED_PIPELINED: Final = (
-    "ollama-tap: this request was pipelined behind another on the same connection, and "
-    "requests to /_tap/, the metrics path or in HTTP/1.0 must come first on theirs"
-)
 
 
 class _HandOff(Exception):
@@ -66,6 +62,7 @@ class Front:
         self.tap, self.pool, self.rule = tap, pool, rule
         self.connections: set[FrontConnection] = set()
         self.closing = False
+        self.debug = tap.settings.log_level == "debug"
         self._aiohttp: Callable[[], asyncio.Protocol] | None = None
 
     def attach(self, server: Callable[[], asyncio.Protocol]) -> None:
@@ -275,8 +272,10 @@ class FrontConnection(asyncio.Protocol):
         if request is not None:
             request.body.feed_eof()
             self.current = None
-            if request is self.fresh:
-                send_on_arrival(self.front.pool, self.front.tap.target, request)
+            front = self.front
+            sent = request is self.fresh and send_on_arrival(front.pool, front.tap.target, request)
+            if sent and front.debug:  # not even a filtered call otherwise: it runs per request
+                log.debug("sent_on_arrival", path=request.rel_url.raw_path)
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -351,7 +350,7 @@ class FrontConnection(asyncio.Protocol):
             handler.data_received(data)
 
     def refuse(self) -> None:
-        body = error_body("ollama", 400, _REFUSED_PIPELINED)
+        body = error_body("ollama", 400, REFUSED_PIPELINED)
         self.transport.write(error_response(400, body, keep_alive=False))
         self.transport.close()
 
