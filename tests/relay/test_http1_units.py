@@ -237,4 +237,3 @@ async def test_a_request_that_arrived_whole_is_sent_before_its_exchange_runs() -
     assert conn.task is not None and not conn.task.done() and conn.relay is None
     conn.task.cancel()
     conn.connection_lost(None)
-
