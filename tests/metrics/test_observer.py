@@ -95,7 +95,7 @@ class Harness:
         self.observer = MetricsObserver(self.registry, self.labels, self.models)
 
     def run(self, ex: Exchange, chunks: Iterable[float] = (), end: float = T0 + 4.0) -> Exchange:
-        """Fire the hooks as the forwarder would: request, chunks at the given times, end."""
+        """Fire the hooks as the relay would: request, chunks at the given times, end."""
         self.observer.request(ex)
         for at in chunks:
             pieces = [OutputChunk(at=at, kind=OutputKind.CONTENT, text="x", nbytes=60)]

@@ -60,7 +60,7 @@ def exchange(
     usage: Usage | None = None,
     ex_id: str | None = None,
 ) -> Exchange:
-    """An exchange as the forwarder leaves it at the request hook."""
+    """An exchange as the relay leaves it at the request hook."""
     raw = body if isinstance(body, bytes | None) else orjson.dumps(body)
     parsed = orjson.loads(raw) if raw else {}
     ex = new_exchange(
@@ -120,7 +120,7 @@ def pieces(n: int, *, start: float = 0.5, gap: float = 0.02) -> list[OutputChunk
 
 
 def drive(rec: Recorder, ex: Exchange, chunks: Sequence[OutputChunk] = ()) -> None:
-    """Fire request, chunk* and the end hook the outcome calls for, as the forwarder does."""
+    """Fire request, chunk* and the end hook the outcome calls for, as the relay does."""
     rec.request(ex)
     for piece in chunks:
         if ex.first_output is None:

@@ -67,8 +67,8 @@ async def test_both_relays_send_the_same_and_report_the_same(
     proxy_factory: MakeProxy,
     fake_ollama: FakeOllama,
 ) -> None:
-    """Byte for byte upstream, in hooks and on the wire back: the aiohttp relay, the fast
-    relay, and the fast relay's front sending a request the moment it arrived whole."""
+    """Byte for byte upstream, in hooks and on the wire back: the aiohttp transport, the
+    HTTP/1 transport, and the HTTP/1 transport sending a request the moment it arrived whole."""
     on_arrival: list[bool] = []
     seen = {}
     for relay, warm in [*((r, False) for r in RELAYS), ("fast", True)]:

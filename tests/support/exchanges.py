@@ -16,7 +16,7 @@ def new_exchange(
     request_headers: dict[str, str] | None = None,
     **fields: Any,
 ) -> Exchange:
-    """An exchange as the forwarder begins it; `fields` are any other Exchange fields.
+    """An exchange as the relay begins it; `fields` are any other Exchange fields.
 
     The path is the endpoint itself: no test here needs a raw path that differs from its
     route template."""
