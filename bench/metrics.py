@@ -1,6 +1,6 @@
 """What the metrics observer costs per exchange and per relayed chunk, in-process.
 
-Drives `MetricsObserver` hook by hook, as the forwarder does, on a fresh registry: a native
+Drives `MetricsObserver` hook by hook, as the relay does, on a fresh registry: a native
 /api/generate stream with full usage and num_ctx, so every family the observer feeds is fed.
 The exchange and its chunks are built once and reused, so only the observer is timed.
 
@@ -39,7 +39,7 @@ class Models:
 
 
 def exchange(chunks: int) -> Exchange:
-    """A finished native stream, as the forwarder leaves it before the `response` hook."""
+    """A finished native stream, as the relay leaves it before the `response` hook."""
     ex = Exchange(
         method="POST",
         path="/api/generate",

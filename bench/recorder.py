@@ -1,6 +1,6 @@
 """Recorder on vs off at a paced rate: drops, hook cost, CPU, and what it adds to TTFT.
 
-Drives the Recorder's hooks directly (as the forwarder does) at RATE exchanges per second,
+Drives the Recorder's hooks directly (as the relay does) at RATE exchanges per second,
 each a native chat with a request body and CHUNKS output pieces, with the writer thread
 storing to a temporary SQLite file. Reported per mode: exchanges dropped, the p50/p99 time
 spent in the hooks per exchange, the p50 of the time spent before the first token's

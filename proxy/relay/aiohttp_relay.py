@@ -93,7 +93,7 @@ class AiohttpRelay:
         self.transport = transport
         self.tap = transport.tap
         self.request = request
-        self.incoming = Incoming(
+        incoming = Incoming(
             request.method,
             request.rel_url,
             request.headers,
@@ -104,13 +104,13 @@ class AiohttpRelay:
             request.content,
             request.body_exists,
         )
-        self.tapped = Tapped(self.tap, self.incoming)
+        self.tapped = Tapped(self.tap, incoming)
         self.upstream: aiohttp.ClientResponse | None = None
         self.response: RelayResponse | None = None
 
     async def run(self) -> web.StreamResponse:
         tapped, request, target = self.tapped, self.request, self.tap.target
-        data = await tapped.upload(self.incoming)
+        data = await tapped.upload()
         if data is None or isinstance(data, bytes):
             tapped.fire_request()  # aiohttp's client gives no moment between send and reply
         try:

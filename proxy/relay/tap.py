@@ -115,13 +115,15 @@ class Tapped:
             ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
         )
         self.tee_buf: bytearray | None = bytearray() if self.tee else None
+        self.content = incoming.content
+        self.has_body = incoming.has_body
         self.reader: ollama.Reader | None = None
         self.request_fired = False
         self.ended = False
 
     # -- the request --------------------------------------------------------------------
 
-    async def upload(self, incoming: Incoming) -> bytes | AsyncIterator[bytes] | None:
+    async def upload(self) -> bytes | AsyncIterator[bytes] | None:
         """What to send upstream: nothing, the body at hand, or the body as it streams in.
 
         A body that arrived whole with the request head (every small JSON request) goes in
@@ -129,8 +131,8 @@ class Tapped:
         for the other two the transport fires it once the request is on its way
         (`fire_request`), so parsing and observers do not delay it.
         """
-        content = incoming.content
-        if not incoming.has_body:
+        content = self.content
+        if not self.has_body:
             return None
         if content.is_eof():
             data = await content.read()

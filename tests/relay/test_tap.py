@@ -77,11 +77,10 @@ class Body:
 class Made(NamedTuple):
     tapped: Tapped
     calls: Calls
-    incoming: Incoming
 
 
 def tapped(path: str = "/api/generate", body: Body | None = None, **settings: Any) -> Made:
-    """An exchange as a transport would make it, what its hooks saw, and its request."""
+    """An exchange as a transport would make it, and what its hooks saw."""
     calls = Calls()
     tap = Tap(
         Settings(upstream="http://127.0.0.1:11434", **settings), Hooks([calls], CollectorRegistry())
@@ -95,13 +94,13 @@ def tapped(path: str = "/api/generate", body: Body | None = None, **settings: An
         body or Body([b'{"model":"m","prompt":"hi"}']),
         True,
     )
-    return Made(Tapped(tap, incoming), calls, incoming)
+    return Made(Tapped(tap, incoming), calls)
 
 
 async def test_a_streamed_reply_fires_every_hook_once_in_order() -> None:
     made = tapped()
     t, calls = made.tapped, made.calls
-    assert await t.upload(made.incoming) is not None
+    assert await t.upload() is not None
     t.fire_request()
     t.reply_head(200, NDJSON, 1.0)
     t.announce()
@@ -123,7 +122,7 @@ async def test_a_streamed_reply_fires_every_hook_once_in_order() -> None:
 async def test_the_body_at_hand_is_teed_and_parsed_once() -> None:
     made = tapped()
     t, calls = made.tapped, made.calls
-    incoming_body = await t.upload(made.incoming)
+    incoming_body = await t.upload()
     assert incoming_body == b'{"model":"m","prompt":"hi"}'
     t.fire_request()
     t.fire_request()
@@ -134,7 +133,7 @@ async def test_the_body_at_hand_is_teed_and_parsed_once() -> None:
 async def test_a_streamed_body_fires_the_request_hook_at_its_end() -> None:
     made = tapped(body=Body([b'{"model":', b'"m2"}'], streamed=True))
     t, calls = made.tapped, made.calls
-    stream = await t.upload(made.incoming)
+    stream = await t.upload()
     assert not isinstance(stream, bytes) and stream is not None
     pieces = []
     async for piece in stream:
@@ -146,7 +145,7 @@ async def test_a_streamed_body_fires_the_request_hook_at_its_end() -> None:
 async def test_a_body_past_the_tee_limit_is_relayed_but_not_parsed() -> None:
     made = tapped(body=Body([b'{"model":"m","prompt":"' + b"x" * 100 + b'"}']), body_tee_limit=50)
     t, calls = made.tapped, made.calls
-    await t.upload(made.incoming)
+    await t.upload()
     t.fire_request()
     assert t.ex.request is not None and t.ex.request.truncated
     assert t.ex.request_body is None and t.ex.request_bytes > 50

@@ -58,16 +58,23 @@ def send_on_arrival(pool: UpstreamPool, target: UpstreamTarget, request: FrontRe
     if conn is None:
         return False
     body = request.body.whole() if request.has_body else None
-    head, _ = upstream_head(
+    head, _ = request_head(target, request, body, False)
+    request.sent = conn.send(head + (body or b""), request.method == "HEAD", True)
+    return True
+
+
+def request_head(
+    target: UpstreamTarget, request: FrontRequest, body: bytes | None, streamed: bool
+) -> tuple[bytes, bool]:
+    """The head this request goes upstream with, and whether its body goes chunked."""
+    return upstream_head(
         request.method,
         target.path(request.rel_url.raw_path_qs),
         request.headers.items(),
         target.host,
         body,
-        False,
+        streamed,
     )
-    request.sent = conn.send(head + (body or b""), request.method == "HEAD", True)
-    return True
 
 
 class Http1Relay(ReplySink):
@@ -81,7 +88,7 @@ class Http1Relay(ReplySink):
     not read.
     """
 
-    def __init__(self, tap: Tap, pool: UpstreamPool, client: Client, request: FrontRequest):
+    def __init__(self, tap: Tap, pool: UpstreamPool, client: Client, request: FrontRequest) -> None:
         self.tapped = Tapped(tap, request)
         self.target = tap.target
         self.pool = pool
@@ -106,7 +113,7 @@ class Http1Relay(ReplySink):
 
     async def run(self) -> None:
         try:
-            data = await self.tapped.upload(self.request)
+            data = await self.tapped.upload()
             try:
                 reply = await self.send(data)
             except (ConnectionError, TimeoutError, OSError) as exc:
@@ -158,14 +165,7 @@ class Http1Relay(ReplySink):
         reply = self.adopt_sent()
         while True:
             if reply is None:
-                head, chunked = upstream_head(
-                    request.method,
-                    self.target.path(request.rel_url.raw_path_qs),
-                    request.headers.items(),
-                    self.target.host,
-                    body,
-                    streamed,
-                )
+                head, chunked = request_head(self.target, request, body, streamed)
                 conn = await self.pool.acquire()
                 self.conn = conn
                 reply = self.reply = conn.send(

@@ -135,6 +135,7 @@ class FrontRequest(Incoming):
             has_body,
         )
         self.body = content
+        """The same object as `content`, typed as what it is: compiled, its calls are direct."""
         self.keep_alive = keep_alive
         self.longest_field = 0
         """Bytes of the longest header name or value (aiohttp refuses past its limit)."""

@@ -295,9 +295,9 @@ class FrontConnection(asyncio.Protocol):
 
     async def serve(self, request: FrontRequest) -> None:
         transport, front = self.transport, self.front
-        relay = self.relay = Http1Relay(front.tap, front.pool, self, request)
         try:
-            await front.tap.drive(relay)
+            self.relay = Http1Relay(front.tap, front.pool, self, request)
+            await front.tap.drive(self.relay)
         except (asyncio.CancelledError, Exception):
             # Cancelled (client gone, shutdown) or a bug the driver logged and recorded:
             # either way the client's reply was cut there, and so is the connection.

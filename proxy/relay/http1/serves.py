@@ -1,5 +1,6 @@
 """Which way a request goes: what the HTTP/1 transport relays itself; the rest (and every
-later request on that connection) goes to aiohttp's server and the aiohttp transport."""
+later request on that connection) goes to aiohttp's server, whose handlers answer the proxy's
+own paths and whose catch-all is the aiohttp transport."""
 
 from __future__ import annotations
 
