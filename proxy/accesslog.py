@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import structlog
 
 from proxy.exchange import Exchange
-from proxy.names import recordable
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -15,12 +15,17 @@ def _ms(seconds: float | None) -> float | None:
 
 
 class AccessLog:
-    """Logs each exchange when it ends; never the body, the query or any credential."""
+    """Logs each exchange when it ends; never the body, the query or any credential.
+
+    The model is logged as its metrics label (`label`, ModelLabels.label): a name Ollama has
+    not vouched for is `other` here too, as on /metrics; the record keeps the name.
+    """
 
     name = "accesslog"
 
-    def __init__(self) -> None:
+    def __init__(self, label: Callable[[object], str]) -> None:
         self.log = structlog.get_logger("ollama_tap.access")
+        self.label = label
 
     def _line(self, ex: Exchange) -> None:
         if not self.log.is_enabled_for(logging.INFO):
@@ -32,7 +37,7 @@ class AccessLog:
             method=ex.method,
             path=ex.path,
             endpoint=ex.endpoint,
-            model=recordable(ex.model),
+            model=self.label(ex.model) or None,
             status=ex.status,
             outcome=str(ex.outcome),
             duration_ms=_ms(ex.duration),

@@ -81,10 +81,12 @@ def make_app(
     *,
     registry: CollectorRegistry | None = None,
     observers: Iterable[object] = (),
+    labels: ModelLabels | None = None,
 ) -> web.Application:
     """Build the proxy: observers, routes, middlewares and lifecycle, all from `settings`.
 
-    `observers` are added after the built-in ones (metrics, recorder, access log).
+    `observers` are added after the built-in ones (model labels, metrics, recorder, access
+    log); `labels` replaces the ModelLabels made from the settings (a test's clock).
     """
     registry = registry if registry is not None else CollectorRegistry()
     local_addresses()  # resolved now, not on the event loop at the first foreign Host
@@ -97,11 +99,12 @@ def make_app(
     if token is not None:
         app[ADMIN_TOKEN] = token
 
-    labels = ModelLabels(settings.model_label_cap)
+    labels = labels if labels is not None else ModelLabels(settings.model_label_cap)
     poller = UpstreamPoller(settings, registry, labels)
-    recorder = Recorder(settings, registry, digest_of=poller.digest_of)
+    recorder = Recorder(settings, registry, digest_of=poller.digest_of, spelling=labels.spelling)
     metrics = [MetricsObserver(registry, labels, poller)] if settings.metrics else []
-    builtin = [*metrics, recorder, AccessLog()]
+    # The labels first: a reply head that proves a name does so before the others look.
+    builtin = [labels, *metrics, recorder, AccessLog(labels.label)]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS] = poller, recorder, hooks
     app[VOCABS] = _vocab_cache(app, settings)

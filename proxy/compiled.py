@@ -20,6 +20,7 @@ MODULES: Final = [
     "proxy/ollama/readers.py",
     "proxy/hooks.py",
     "proxy/names.py",
+    "proxy/slots.py",
     "proxy/accesslog.py",
     "proxy/measures.py",
     "proxy/metrics/histogram.py",

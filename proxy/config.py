@@ -67,7 +67,9 @@ class Settings(BaseSettings):
         10.0, description="Seconds between polls of /api/ps, /api/tags and /api/version."
     )
     model_label_cap: Annotated[int, Field(ge=1)] = Field(
-        100, description="Most distinct `model` label values; the rest become `other`."
+        100,
+        description="Most `model` label values for names Ollama served but does not list "
+        "(listed names are not capped); the rest are `other`.",
     )
     db: Path | None = Field(
         None, description="SQLite database file (default: $XDG_DATA_HOME/ollama-tap/records.db)."

@@ -91,6 +91,7 @@ class UpstreamPoller:
         self._main: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Task[None]] = {}
         labels.set_refresher(self.refresh_tags)
+        labels.on_free(self._forget_model)
 
     @property
     def up(self) -> bool:
@@ -214,6 +215,10 @@ class UpstreamPoller:
         for entry in (self._loaded or {}).values():
             self._remove_gauges(entry.label, *self._model_gauges, self.m.loaded)
         self._loaded = None
+
+    def _forget_model(self, label: str) -> None:
+        """A freed label slot: the counters and the 0 `model_loaded` an unload left go too."""
+        self._remove_gauges(label, self.m.loaded, self.m.loads, self.m.unloads)
 
     @staticmethod
     def _remove_gauges(label: str, *gauges: Any) -> None:

@@ -132,7 +132,8 @@ MakeProxy = Callable[..., Awaitable[Proxy]]
 
 @pytest.fixture
 async def proxy_factory(tmp_path: Path, fake_ollama: Any) -> AsyncIterator[MakeProxy]:
-    """Start proxies in front of the fake Ollama; keyword arguments override settings.
+    """Start proxies in front of the fake Ollama; keyword arguments override settings
+    (`labels`, a ModelLabels, is passed to make_app).
 
     Served by aiohttp's runner and `make_site`, as `serve` does (with the default relay the
     front serves the socket). `handler_cancellation` picks which of aiohttp's two
@@ -144,6 +145,7 @@ async def proxy_factory(tmp_path: Path, fake_ollama: Any) -> AsyncIterator[MakeP
     async def start(
         observers: tuple[object, ...] = (),
         handler_cancellation: bool = True,
+        labels: Any = None,
         **overrides: Any,
     ) -> Proxy:
         values: dict[str, Any] = {
@@ -156,7 +158,7 @@ async def proxy_factory(tmp_path: Path, fake_ollama: Any) -> AsyncIterator[MakeP
         values.update(overrides)
         settings = Settings(**values)
         registry = CollectorRegistry()
-        app = make_app(settings, registry=registry, observers=observers)
+        app = make_app(settings, registry=registry, observers=observers, labels=labels)
         runner = web.AppRunner(app, handler_cancellation=handler_cancellation, access_log=None)
         await runner.setup()
         runners.append(runner)

@@ -73,6 +73,14 @@ class LoopHistogram(Collector):
             series = self._series[values] = Series(self.bounds)
         return series
 
+    def drop(self, label: str, value: str) -> None:
+        """Remove every series whose `label` is `value`."""
+        if label not in self.labelnames:
+            return
+        at = self.labelnames.index(label)
+        for values in [values for values in self._series if values[at] == value]:
+            del self._series[values]
+
     def describe(self) -> list[Metric]:
         return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
 

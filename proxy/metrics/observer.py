@@ -62,8 +62,10 @@ class _State:
 class MetricsObserver:
     """Turns each exchange into the README's metrics ("Measurements", "Metric reference").
 
-    The model label is resolved at `request` (in-flight gauge, inter-token gaps) and again at
-    the end, so a name an /api/tags refresh found in the meantime gets its own label.
+    The model label is resolved at `request` (in-flight gauge), again at `response_headers`
+    (the in-flight count moves and the inter-token gaps follow: the head's status may just
+    have proven the name, see ModelLabels) and at the end, so a name an /api/tags refresh
+    found in the meantime gets its own label. The series of a label whose slot is freed go.
     """
 
     name = NAME
@@ -74,12 +76,24 @@ class MetricsObserver:
         self.m = RequestMetrics(registry)
         self.labels = labels
         self.models = models
+        labels.on_free(self.m.forget_model)
 
     def request(self, ex: Exchange) -> None:
         model = self.labels.label(ex.model)
         gauge = self.m.in_flight[ex.endpoint, model]
         gauge.inc()
         ex.metadata[NAME] = _State(model, gauge)
+
+    def response_headers(self, ex: Exchange) -> None:
+        state: _State | None = ex.metadata.get(NAME)
+        if state is None:
+            return
+        model = self.labels.label(ex.model)
+        if model != state.model:
+            state.in_flight.dec()
+            state.in_flight = self.m.in_flight[ex.endpoint, model]
+            state.in_flight.inc()
+            state.model = model
 
     def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
         # Runs once per socket read of every stream. A read's pieces were written at one

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from prometheus_client import (
@@ -83,29 +83,47 @@ class Children(dict[tuple[str, ...], _C]):
     of a label set, one dict lookup after that.
 
     `.labels()` checks and stringifies the values, takes the family's lock and looks the child
-    up, and an exchange needs some twenty children. Keeping them is safe because no request
-    family ever loses a child (only the poller's gauges are `.remove()`d), and the dict is
-    bounded as the labels are: endpoints are fixed templates, ModelLabels caps the models, the
-    other labels are closed sets.
+    up, and an exchange needs some twenty children. Keeping them is safe because a request
+    family loses children only through `drop` (a model's label slot freed, which removes them
+    from the family too), and the dict is bounded as the labels are: endpoints are fixed
+    templates, ModelLabels bounds the models, the other labels are closed sets.
     """
 
-    __slots__ = ("make",)
+    __slots__ = ("labelnames", "make", "remove")
 
-    def __init__(self, make: Callable[..., _C]) -> None:
+    def __init__(
+        self,
+        make: Callable[..., _C],
+        remove: Callable[..., None] | None = None,
+        labelnames: Sequence[str] = (),
+    ) -> None:
         super().__init__()
         self.make = make
+        self.remove = remove
+        self.labelnames = tuple(labelnames)
 
     def __missing__(self, values: tuple[str, ...]) -> _C:
         child = self[values] = self.make(*values)
         return child
 
+    def drop(self, label: str, value: str) -> None:
+        """Remove every child whose `label` is `value`, here and in the family."""
+        if label not in self.labelnames or self.remove is None:
+            return
+        at = self.labelnames.index(label)
+        for values in [values for values in self if values[at] == value]:
+            del self[values]
+            self.remove(*values)
+
 
 def _counters(r: CollectorRegistry, family: Family) -> Children[Counter]:
-    return Children(counter(r, family).labels)
+    made = counter(r, family)
+    return Children(made.labels, made.remove, family.labels)
 
 
 def _gauges(r: CollectorRegistry, family: Family) -> Children[Gauge]:
-    return Children(gauge(r, family).labels)
+    made = gauge(r, family)
+    return Children(made.labels, made.remove, family.labels)
 
 
 def _version() -> str:
@@ -149,6 +167,19 @@ class RequestMetrics:
         self.context_tokens = histogram(r, CONTEXT_TOKENS)
         self.utilization = histogram(r, UTILIZATION)
         self.cold_starts = _counters(r, COLD_STARTS)
+        self._by_model: tuple[Children[Counter] | Children[Gauge] | LoopHistogram, ...] = (
+            *(self.requests, self.errors, self.in_flight, self.responses, self.duration),
+            *(self.ttft, self.ttfc, self.inter_token, self.output_rate, self.load, self.queue),
+            *(self.prompt_eval, self.eval, self.decode_rate, self.prefill_rate),
+            *(self.decode_tokens, self.decode_seconds, self.prefill_tokens, self.prefill_seconds),
+            *(self.prompt_tokens, self.cached_tokens, self.generation_tokens),
+            *(self.context_tokens, self.utilization, self.cold_starts),
+        )
+
+    def forget_model(self, model: str) -> None:
+        """Drop every series labelled `model` (its label slot was freed)."""
+        for family in self._by_model:
+            family.drop("model", model)
 
 
 class UpstreamMetrics:

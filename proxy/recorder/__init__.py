@@ -40,11 +40,14 @@ class Recorder:
         registry: CollectorRegistry,
         *,
         digest_of: Callable[[str], str | None] | None = None,
+        spelling: Callable[[str | None], str | None] = recordable,
     ) -> None:
         self.mode = settings.record_mode
         self.record_routes = settings.record_routes
         self.digest_of = digest_of
         """The model's current digest by canonical name (the upstream poller's knowledge)."""
+        self.spelling = spelling
+        """The `model` column: the canonical name as typed, or as Ollama lists it (names.py)."""
         self.store = Store(settings.db_path)
         self.metrics = RecorderMetrics(registry)
         self.writer: Writer | None = None
@@ -69,7 +72,7 @@ class Recorder:
         scope = scope_of(ex, self.record_routes)
         cap = None
         if scope is not None:
-            model = recordable(ex.model)
+            model = self.spelling(ex.model)
             digest = self.digest_of(model) if model and self.digest_of else None
             keep_text = self.mode is RecordMode.FULL
             timeline = Timeline(keep_text=keep_text) if scope is Scope.FULL else None

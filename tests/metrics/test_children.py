@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.metrics.registered import Children
+from proxy.metrics import families as table
+from proxy.metrics.families import Family
+from proxy.metrics.histogram import LoopHistogram
+from proxy.metrics.registered import Children, RequestMetrics
 
 
 def test_children_are_the_familys_own_and_made_on_first_lookup() -> None:
@@ -17,3 +20,38 @@ def test_children_are_the_familys_own_and_made_on_first_lookup() -> None:
     assert children["e", "m"] is family.labels("e", "m")
     assert registry.get_sample_value("x_total", {"endpoint": "e", "model": "m"}) == 3
     assert len(children) == 1
+
+
+def _series_of(registry: CollectorRegistry, model: str) -> set[str]:
+    """The families with a sample labelled `model`."""
+    return {
+        metric.name
+        for metric in registry.collect()
+        for s in metric.samples
+        if s.labels.get("model") == model
+    }
+
+
+def test_forget_model_drops_its_series_from_every_request_family() -> None:
+    registry = CollectorRegistry()
+    m = RequestMetrics(registry)
+    with_model = {
+        f.name.removesuffix("_total")  # as the library names a counter's family
+        for f in vars(table).values()
+        if isinstance(f, Family) and "model" in f.labels
+    }
+    registered = {metric.name for metric in registry.collect()} & with_model
+    for family in (getattr(m, name) for name in dir(m) if not name.startswith("__")):
+        if not isinstance(family, Children | LoopHistogram):
+            continue
+        for model in ("gone:latest", "kept:latest"):
+            values = tuple(model if label == "model" else "x" for label in family.labelnames)
+            child = family[values]
+            child.observe(1.0) if isinstance(family, LoopHistogram) else child.inc()
+    assert _series_of(registry, "gone:latest") == registered, "every family was filled"
+    m.forget_model("gone:latest")
+    assert _series_of(registry, "gone:latest") == set()
+    assert _series_of(registry, "kept:latest") == registered
+    m.requests["x", "gone:latest", "x"].inc()  # the cache let go of the removed child too
+    gone = {"endpoint": "x", "model": "gone:latest", "status": "x"}
+    assert registry.get_sample_value("ollama_tap_requests_total", gone) == 1

@@ -65,3 +65,14 @@ def native(endpoint: str, model: str, stream: str | None = None) -> dict[str, st
 
 
 GEN = native("/api/generate", LLAMA)
+
+
+async def upstream_polled(proxy: Proxy) -> None:
+    """Wait until the poller has read /api/version and /api/tags once."""
+    info = {"model": LLAMA, "family": "llama", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
+    await eventually(
+        lambda: (
+            proxy.sample("ollama_tap_upstream_up") == 1
+            and proxy.sample("ollama_tap_model_info", info) == 1
+        )
+    )

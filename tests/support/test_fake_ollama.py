@@ -213,6 +213,24 @@ async def test_load_and_unload(fake_ollama: FakeOllama, session: aiohttp.ClientS
     assert fake_ollama.loaded["llama3.2:latest"].context_length == 8192
 
 
+async def test_unlisted_models_are_served_but_not_listed(
+    fake_ollama: FakeOllama, session: aiohttp.ClientSession
+) -> None:
+    url = fake_ollama.url
+    fake_ollama.unlisted.add("qwen3:8b")
+    async with session.get(url + "/api/tags") as resp:
+        assert "qwen3:8b" not in [m["name"] for m in (await resp.json())["models"]]
+    async with session.get(url + "/v1/models") as resp:
+        assert "qwen3:8b" not in [m["id"] for m in (await resp.json())["data"]]
+    body = {"model": "qwen3:8b", "prompt": "x", "stream": False}
+    assert (await post(session, url + "/api/generate", body))[0] == 200
+    body = {"model": "qwen3:8b", "messages": CHAT}
+    assert (await post(session, url + "/v1/chat/completions", body))[0] == 200
+    for route in ("/api/generate", "/v1/chat/completions", "/api/show", "/api/embed"):
+        status = (await post(session, url + route, {"model": "never-pulled", "input": "x"}))[0]
+        assert status == 404, route
+
+
 async def test_error_shapes(fake_ollama: FakeOllama, session: aiohttp.ClientSession) -> None:
     url = fake_ollama.url
     status, _, raw = await post(session, url + "/api/chat", {"model": "nope", "messages": CHAT})

@@ -70,6 +70,14 @@ class Engine:
         self.models: dict[str, FakeModel] = default_models()
         self.loaded: dict[str, LoadedModel] = {}
         self.blobs: dict[str, bytes] = {}
+        self.unlisted: set[str] = set()
+        """Installed models the lists (/api/tags, /v1/models) leave out but requests find:
+        a list that lags, or a server that serves names it does not list."""
+
+    def listed(self) -> list[FakeModel]:
+        """The models the lists show, newest first, as Ollama orders them."""
+        models = [m for m in self.models.values() if m.name not in self.unlisted]
+        return sorted(models, key=lambda m: m.modified_at, reverse=True)
 
     def find(self, name: str) -> FakeModel | None:
         """The installed model a request names, matched case-insensitively as Ollama does."""

@@ -92,7 +92,6 @@ async def version(fake: Engine, request: web.Request) -> web.StreamResponse:
 
 
 async def tags(fake: Engine, request: web.Request) -> web.StreamResponse:
-    models = sorted(fake.models.values(), key=lambda m: m.modified_at, reverse=True)
     entries = [
         {
             "name": m.name,
@@ -102,7 +101,7 @@ async def tags(fake: Engine, request: web.Request) -> web.StreamResponse:
             "digest": m.digest,
             "details": m.details,
         }
-        for m in models
+        for m in fake.listed()
     ]
     return await gin_json(request, {"models": entries})
 

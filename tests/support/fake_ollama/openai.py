@@ -275,8 +275,7 @@ def _model_entry(model: FakeModel) -> dict[str, Any]:
 
 
 async def list_models(fake: Engine, request: web.Request) -> web.StreamResponse:
-    models = sorted(fake.models.values(), key=lambda m: m.modified_at, reverse=True)
-    data = [_model_entry(m) for m in models] or None
+    data = [_model_entry(m) for m in fake.listed()] or None
     return await encoder_json(request, {"object": "list", "data": data})
 
 
