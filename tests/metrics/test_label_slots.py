@@ -19,6 +19,7 @@ from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.fake_ollama.models import new_model
 from tests.support.metrics import LLAMA, MESSAGES, QWEN, counter, hist, settled, upstream_polled
+from tests.support.records import records
 from tests.support.waiting import eventually
 
 MINILM = "all-minilm:latest"
@@ -101,13 +102,15 @@ async def test_a_thousand_unknown_names_leave_only_known_names_and_other(
     gen = {"endpoint": "/api/generate", "model": "fresh:latest"}
     assert counter(proxy, "requests_total", **gen, status="200") == 1
 
-    # A name answered 404 stays `other`, however often it comes.
+    # A name answered 404 stays `other`, however often it comes; its records keep it.
     for _ in range(3):
         with pytest.raises(ollama.ResponseError):
-            await client.generate("no-such-1:1b", "hi")
+            await client.generate("No-Such-1:1b", "hi")
     await settled(proxy)
-    assert "no-such-1:1b" not in model_values(proxy)
+    assert "no-such-1:1b" not in {v.lower() for v in model_values(proxy)}
     assert model_values(proxy) <= KNOWN | {"fresh:latest", "other"}
+    kept = await records(proxy, 3, model="No-Such-1:1b")
+    assert [r["model"] for r in kept] == ["No-Such-1:1b"] * 3, "as typed, made canonical"
 
 
 async def test_the_exchange_that_proves_a_name_is_measured_under_it(
