@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from proxy.attempts import LIMIT, WINDOW, FailedAttempts
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 def test_the_limit_within_the_window_earns_a_wait_until_the_oldest_leaves_it() -> None:
-    clock = Clock()
+    clock = FakeClock()
     attempts = FailedAttempts(clock=clock)
     for _ in range(LIMIT - 1):
         attempts.failed("10.0.0.1")
@@ -30,7 +23,7 @@ def test_the_limit_within_the_window_earns_a_wait_until_the_oldest_leaves_it() -
 
 
 def test_spread_out_failures_never_add_up() -> None:
-    clock = Clock()
+    clock = FakeClock()
     attempts = FailedAttempts(clock=clock)
     for _ in range(50):
         attempts.failed("10.0.0.1")
@@ -39,7 +32,7 @@ def test_spread_out_failures_never_add_up() -> None:
 
 
 def test_addresses_past_the_cap_push_out_the_oldest() -> None:
-    clock = Clock()
+    clock = FakeClock()
     attempts = FailedAttempts(limit=1, cap=3, clock=clock)
     for address in ("a", "b", "c", "d"):
         attempts.failed(address)

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from proxy.sessions import LIFETIME, Sessions
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 def test_a_session_lasts_its_lifetime_and_is_then_forgotten() -> None:
-    clock = Clock()
+    clock = FakeClock()
     sessions = Sessions(clock=clock)
     sid = sessions.open()
     assert sessions.valid(sid) and not sessions.valid(None) and not sessions.valid("guess")
@@ -32,7 +25,7 @@ def test_ids_are_random_and_long() -> None:
 
 
 def test_the_cap_drops_expired_sessions_first_then_the_oldest() -> None:
-    clock = Clock()
+    clock = FakeClock()
     sessions = Sessions(lifetime=10, cap=3, clock=clock)
     old = sessions.open()
     clock.now += 11
