@@ -324,7 +324,7 @@ def tap_command(
     port = free_port()
     env = {
         **os.environ,
-        "OLLAMA_TAP_ADMIN_TOKEN": "bench",
+        "OLLAMA_TAP_ADMIN_TOKEN": "bench-admin-token-0123",
         "OLLAMA_TAP_DB": str(tmp / f"{name}.db"),
         "OLLAMA_TAP_LOG_LEVEL": "warning",
         **extra_env,

@@ -71,11 +71,6 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"upstream": "up" if up else "down"})
 
 
-async def tap_not_found(request: web.Request) -> web.Response:
-    message = f"ollama-tap: no such path {request.path}; see /_tap/ and /_tap/api/records"
-    return web.json_response({"error": message}, status=404)
-
-
 def make_app(
     settings: Settings,
     *,
@@ -116,6 +111,6 @@ def make_app(
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.
-    app.router.add_route("*", "/_tap/{tail:.*}", tap_not_found)
+    app.router.add_route("*", "/_tap/{tail:.*}", auth.tap_not_found)
     install(app, settings, hooks)  # last: everything else, any method, goes to Ollama
     return app

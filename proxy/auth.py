@@ -1,13 +1,16 @@
 """The admin token and the middleware that guards /_tap/ (API and inspector).
 
 Recordings hold other people's prompts, so /_tap/ needs the token on every bind,
-loopback included; only /_tap/healthz (which reveals nothing) is open. The API takes
-``Authorization: Bearer``; a browser opens ``/_tap/?token=…`` once and gets an HttpOnly,
-SameSite=Strict cookie scoped to /_tap plus a redirect to the clean URL, so the token
+loopback included; only /_tap/healthz (which reveals nothing) and the bare /_tap (a
+redirect to /_tap/) are open. The API takes ``Authorization: Bearer``; a browser opens
+``/_tap/?token=…`` once and gets a session (proxy/sessions.py) in an HttpOnly,
+SameSite=Strict cookie scoped to /_tap/, plus a redirect to the clean URL, so the token
 leaves the address bar (also when the browser was signed in already). Comparisons are
-constant-time and the token is never logged (the access log prints no query string). A
+constant-time, wrong tokens earn a wait (proxy/attempts.py), tokens shorter than
+MIN_TOKEN are refused at start-up, and the token is never logged (the access log prints
+no query string; proxy/logs.py keeps aiohttp's parse errors from quoting requests). A
 token file beside the database is trusted only if this user owns it and nobody else may
-read it.
+read it. Nothing under /_tap is ever forwarded to Ollama, however it is spelled.
 """
 
 from __future__ import annotations
@@ -22,12 +25,18 @@ from typing import Any, Final, Protocol
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from proxy.attempts import FailedAttempts
 from proxy.config import ConfigError, Settings
+from proxy.sessions import LIFETIME, Sessions
 
 PREFIX: Final = "/_tap"
-OPEN_PATHS: Final = frozenset({"/_tap/healthz"})
-COOKIE: Final = "ollama_tap_token"
+OPEN_PATHS: Final = frozenset({"/_tap/healthz", PREFIX})
+COOKIE: Final = "ollama_tap_session"
+COOKIE_PATH: Final = PREFIX + "/"
 NONE: Final = "none"
+MIN_TOKEN: Final = 16
+"""Shortest admin token accepted: it guards every recording."""
+MAKE_TOKEN: Final = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 CSP: Final = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": CSP,
@@ -48,7 +57,7 @@ def admin_token(settings: Settings) -> str | None:
     if settings.admin_token == NONE:
         return None
     if settings.admin_token:
-        return settings.admin_token
+        return _strong(settings.admin_token, "--admin-token (OLLAMA_TAP_ADMIN_TOKEN)")
     path = token_file(settings)
     if not path.parent.exists():
         path.parent.mkdir(parents=True, mode=0o700)
@@ -80,6 +89,17 @@ def _kept_token(path: Path) -> str:
         token = f.read().strip()
     if not token:
         raise ConfigError(f"{path} is empty; delete it to have a new admin token made")
+    return _strong(token, f"the token in {path}")
+
+
+def _strong(token: str, source: str) -> str:
+    if len(token) < MIN_TOKEN:
+        raise ConfigError(
+            f"{source} has {len(token)} characters; an admin token needs at least {MIN_TOKEN} "
+            f"(it guards every recording). Make one with `{MAKE_TOKEN}` (`make env` writes "
+            "one for the compose stack), or give none to have one generated and kept "
+            "beside the database."
+        )
     return token
 
 
@@ -108,29 +128,76 @@ def _unauthorized() -> web.Response:
     )
 
 
-def _without_token(request: web.Request, cookie: str | None) -> web.Response:
+def _too_many(wait: int) -> web.Response:
+    return web.json_response(
+        {
+            "error": f"ollama-tap: too many wrong admin tokens from this address; try again "
+            f"in {wait} s with the token `ollama-tap serve` printed (it is kept in the file "
+            "admin-token beside the database)."
+        },
+        status=429,
+        headers={"Retry-After": str(wait)},
+    )
+
+
+async def tap_not_found(request: web.Request) -> web.Response:
+    message = f"ollama-tap: no such path {request.path}; see /_tap/ and /_tap/api/records"
+    return web.json_response({"error": message}, status=404)
+
+
+def _without_token(request: web.Request, session: str | None) -> web.Response:
     """A redirect to the same URL without its `token` parameters, setting the cookie."""
     query = request.rel_url.query.copy()
     query.popall("token")
     clean = request.rel_url.with_query(query)
     response = web.Response(status=303, headers={"Location": str(clean)})
-    if cookie is not None:
+    if session is not None:
         response.set_cookie(
-            COOKIE, cookie, path=PREFIX, httponly=True, samesite="Strict", secure=request.secure
+            COOKIE,
+            session,
+            path=COOKIE_PATH,
+            max_age=int(LIFETIME),
+            httponly=True,
+            samesite="Strict",
+            secure=request.secure,
         )
     return response
 
 
-def _check(request: web.Request, token: str) -> web.StreamResponse | None:
-    """None when the request may pass, else the reply that refuses or redirects it."""
-    given = request.rel_url.query.get("token") if request.method == "GET" else None
-    if given is not None and _matches(given, token):
-        return _without_token(request, given)
-    if not (_matches(_bearer(request), token) or _matches(request.cookies.get(COOKIE), token)):
-        return _unauthorized()
-    if given is not None:
-        return _without_token(request, None)  # signed in already: the token leaves the URL
-    return None
+class Guard:
+    """The token check of /_tap/: the token itself, the sessions it opened, the back-off."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.sessions = Sessions()
+        self.attempts = FailedAttempts()
+
+    def check(self, request: web.Request) -> web.StreamResponse | None:
+        """None when the request may pass, else the reply that refuses or redirects it."""
+        given = request.rel_url.query.get("token") if request.method == "GET" else None
+        bearer = _bearer(request)
+        address = request.remote or ""
+        if given is not None or bearer is not None:
+            wait = self.attempts.retry_after(address)
+            if wait is not None:
+                return _too_many(wait)
+        if given is not None and _matches(given, self.token):
+            return _without_token(request, self.sessions.open())
+        if not (_matches(bearer, self.token) or self.sessions.valid(request.cookies.get(COOKIE))):
+            if given is not None or bearer is not None:
+                self.attempts.failed(address)
+            return _unauthorized()
+        if given is not None:
+            return _without_token(request, None)  # signed in already: the token leaves the URL
+        return None
+
+
+def _own(request: web.Request) -> bool:
+    """Whether the router gave the request to one of the proxy's /_tap routes: a spelling
+    the router reads differently (`/_tap%2Fapi/records`, whose `%2F` it keeps) reaches
+    the catch-all, which forwards to Ollama, with the admin token in its headers."""
+    resource = request.match_info.route.resource
+    return resource is not None and resource.canonical.startswith(PREFIX)
 
 
 class Middleware(Protocol):
@@ -142,14 +209,18 @@ class Middleware(Protocol):
 
 
 def auth_middleware(token: str | None) -> Middleware:
-    """Guard /_tap/* (all but /_tap/healthz) and set the security headers on its replies."""
+    """Guard /_tap/* (all but OPEN_PATHS), keep it from the catch-all, and set the security
+    headers on its replies."""
+    guard = None if token is None else Guard(token)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        path = request.path
+        path = request.path  # decoded: `/%5Ftap/…` and `/_tap%2F…` are in the namespace too
         if path != PREFIX and not path.startswith(PREFIX + "/"):
             return await handler(request)
-        refused = None if token is None or path in OPEN_PATHS else _check(request, token)
+        refused = None if guard is None or path in OPEN_PATHS else guard.check(request)
+        if refused is None and not _own(request):
+            refused = await tap_not_found(request)
         headers = API_HEADERS if path.startswith(PREFIX + "/api/") else SECURITY_HEADERS
         try:
             response = refused or await handler(request)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import enum
 import ipaddress
 import os
+import socket
+from collections.abc import Iterable
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -120,7 +123,10 @@ class Settings(BaseSettings):
 
     @property
     def loopback_bind(self) -> bool:
-        return is_loopback_host(self.host)
+        """Whether every address `host` binds is a loopback one (so `127.1`, or a host name
+        that resolves to 127.0.0.1, count: what is bound decides, never how it is spelled).
+        `serve` checks this against the sockets it bound."""
+        return binds_loopback(self.host)
 
     @property
     def upstream_url(self) -> URL:
@@ -146,6 +152,13 @@ class Settings(BaseSettings):
                 f"{self.host}:{self.port}); point --upstream or OLLAMA_TAP_UPSTREAM at Ollama "
                 "(e.g. http://127.0.0.1:11434), or unset OLLAMA_HOST in the proxy's shell."
             )
+        try:
+            bind_addresses(self.host)
+        except OSError as exc:
+            raise ConfigError(
+                f"--host {self.host!r} cannot be resolved ({exc.strerror or exc}); give an IP "
+                "address (e.g. 127.0.0.1) or a name this machine resolves."
+            ) from None
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together; give both or neither.")
         if self.admin_token == "none" and not self.loopback_bind:
@@ -209,6 +222,39 @@ def _split_host_port(hostport: str, default_port: int) -> tuple[str, int]:
     return host, port if 0 <= port <= 65535 else default_port
 
 
+@lru_cache(maxsize=16)
+def bind_addresses(host: str) -> tuple[str, ...]:
+    """The addresses a listener on `host` binds, as asyncio's create_server resolves them
+    (every result of a passive lookup; an empty host means every interface).
+
+    Raises OSError when `host` does not resolve. Cached: resolved once, at start-up."""
+    infos = socket.getaddrinfo(
+        host or None, 0, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+    )
+    return tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def binds_loopback(host: str) -> bool:
+    try:
+        return all_loopback(bind_addresses(host))
+    except OSError:
+        return False  # nothing can be bound either; Settings.check says so
+
+
+def all_loopback(addresses: Iterable[str]) -> bool:
+    """True when there is at least one address and each is a loopback one (`::ffff:127.x`
+    included: a v4-mapped address is its IPv4 address)."""
+    found = False
+    for address in addresses:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if not ip.is_loopback:
+            return False
+        found = True
+    return found
+
+
 def is_loopback_host(host: str) -> bool:
     if host.lower() == "localhost":
         return True
@@ -225,4 +271,4 @@ def forwards_to_itself(upstream: URL, listen_host: str, listen_port: int) -> boo
     if target == listen_host.lower():
         return True
     unspecified = listen_host in {"0.0.0.0", "::", ""}
-    return is_loopback_host(target) and (unspecified or is_loopback_host(listen_host))
+    return is_loopback_host(target) and (unspecified or binds_loopback(listen_host))

@@ -187,6 +187,7 @@ class Exchange:
 
     method: str
     path: str
+    """The decoded path, credential path parameters redacted (`;token=[redacted]`)."""
     query: str
     endpoint: str
     """A fixed route template (see `ollama.endpoint_of`), never the raw path."""

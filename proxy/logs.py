@@ -6,6 +6,27 @@ import logging
 import sys
 
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError
+
+
+class RequestBytesFilter(logging.Filter):
+    """aiohttp's "Error handling request" for a request it cannot parse quotes the bytes it
+    choked on (the request line with its `?token=…`, a header with its `Bearer …`): that
+    line is logged without the exception, at info level (the client's mistake, not the
+    proxy's), with the error's class and status only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        said = f"{type(exc).__name__}, answered {exc.code} (the request is not quoted)"
+        record.msg, record.args = f"{record.getMessage()}: {said}", ()
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+
+
+REQUEST_BYTES_FILTER = RequestBytesFilter()
 
 
 def configure(level: str = "info") -> None:
@@ -41,3 +62,4 @@ def configure(level: str = "info") -> None:
     root.setLevel(numeric)
     # aiohttp's own access log would duplicate ours, without the measurements.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.server").addFilter(REQUEST_BYTES_FILTER)

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from proxy import compiled, logs
 from proxy.app import ADMIN_TOKEN, make_app
-from proxy.config import Settings
+from proxy.config import ConfigError, Settings, all_loopback, bind_addresses
 from proxy.relay import make_site
 
 
@@ -77,6 +77,16 @@ def serve(settings: Settings) -> int:
     return 0
 
 
+def _check_bound(settings: Settings, bound: list[str]) -> None:
+    """The Host rule, the record mode and `--admin-token none` were decided from the
+    addresses `--host` resolved to; the sockets bound must be as loopback as those were."""
+    if all_loopback(bound) != settings.loopback_bind:
+        raise ConfigError(
+            f"--host {settings.host} was bound to {', '.join(bound)} but resolved to "
+            f"{', '.join(bind_addresses(settings.host))} a moment before; give an IP address."
+        )
+
+
 async def _run(app: web.Application, settings: Settings) -> None:
     runner = web.AppRunner(
         app,
@@ -89,6 +99,7 @@ async def _run(app: web.Application, settings: Settings) -> None:
     await runner.setup()
     try:
         await make_site(runner, settings.host, settings.port, _ssl(settings)).start()
+        _check_bound(settings, [str(address[0]) for address in runner.addresses])
         # Everything made so far (modules, the app, the registry) lives as long as the
         # process: out of the collector's sight, a full collection under many held streams
         # walks far fewer objects and stalls every stream for less.

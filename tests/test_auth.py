@@ -1,4 +1,5 @@
-"""Access to /_tap/: bearer, the one-time ?token= → cookie exchange, open healthz, headers."""
+"""Access to /_tap/: bearer, the one-time ?token= → session cookie exchange, open healthz,
+headers, the back-off on wrong tokens, and a namespace nothing is forwarded from."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from proxy.auth import COOKIE, CSP, admin_token, auth_middleware
+from proxy.auth import COOKIE, CSP, MIN_TOKEN, admin_token, auth_middleware
 from proxy.config import ConfigError, Settings
+from tests.conftest import Proxy
+from tests.support.fake_ollama import FakeOllama
+from tests.support.serve_process import ADMIN_TOKEN
 
 TOKEN = "s3cret-admin-token"
 Client = TestClient[web.Request, web.Application]
@@ -57,15 +61,28 @@ async def test_bearer(
     assert TOKEN not in caplog.text
 
 
-async def test_token_in_url_becomes_a_cookie_and_a_clean_redirect(client: Client) -> None:
+async def test_token_in_url_becomes_a_session_cookie_and_a_clean_redirect(client: Client) -> None:
     resp = await client.get(f"/_tap/?token={TOKEN}&view=list", allow_redirects=False)
     assert resp.status == 303
     assert resp.headers["Location"] == "/_tap/?view=list"
     cookie = resp.cookies[COOKIE]
-    assert cookie.value == TOKEN
-    assert (cookie["httponly"], cookie["samesite"], cookie["path"]) == (True, "Strict", "/_tap")
+    assert (cookie["httponly"], cookie["samesite"], cookie["path"]) == (True, "Strict", "/_tap/")
+    assert cookie["max-age"] == str(12 * 3600)
     again = await client.get("/_tap/api/records")  # the client's jar now holds the cookie
     assert again.status == 200
+
+
+async def test_the_cookie_is_a_session_never_the_token(client: Client) -> None:
+    # Cookies ignore ports: whatever the cookie holds, a page on any other port of this
+    # host is sent. It must not be the token, and the token is no cookie.
+    resp = await client.get(f"/_tap/?token={TOKEN}", allow_redirects=False)
+    session = resp.cookies[COOKIE].value
+    assert TOKEN not in resp.headers["Set-Cookie"]
+    assert len(session) >= 32 and session != TOKEN
+    client.session.cookie_jar.clear()
+    for value, status in ((TOKEN, 401), ("not-a-session", 401), (session, 200)):
+        got = await client.get("/_tap/api/records", headers={"Cookie": f"{COOKIE}={value}"})
+        assert got.status == status, value
 
 
 async def test_wrong_token_in_url_is_refused(client: Client) -> None:
@@ -114,9 +131,23 @@ def test_generated_token_is_kept_0600_and_reused(tmp_path: Path) -> None:
 
 
 def test_explicit_token_and_none(tmp_path: Path) -> None:
-    assert admin_token(settings(tmp_path, "given")) == "given"
+    assert admin_token(settings(tmp_path, "given-token-of-20ch")) == "given-token-of-20ch"
     assert admin_token(settings(tmp_path, "none")) is None
     assert not (tmp_path / "data" / "admin-token").exists()
+
+
+@pytest.mark.parametrize("where", ["setting", "file"])
+def test_a_short_token_is_refused_with_the_way_to_make_one(tmp_path: Path, where: str) -> None:
+    short = "x" * (MIN_TOKEN - 1)
+    if where == "file":
+        path = tmp_path / "data" / "admin-token"
+        path.parent.mkdir(mode=0o700)
+        path.write_text(short + "\n")
+        path.chmod(0o600)
+    with pytest.raises(ConfigError, match=f"at least {MIN_TOKEN}") as refused:
+        admin_token(settings(tmp_path, short if where == "setting" else None))
+    assert "secrets.token_urlsafe" in str(refused.value) and "make env" in str(refused.value)
+    assert admin_token(settings(tmp_path, "y" * MIN_TOKEN)) == "y" * MIN_TOKEN
 
 
 async def test_a_non_utf8_credential_is_refused_and_never_logged(
@@ -145,10 +176,11 @@ async def test_a_token_in_the_url_always_leaves_it(client: Client) -> None:
         assert (COOKIE in resp.cookies) is (given == TOKEN)
 
 
-async def test_the_cookie_is_the_token_that_was_checked(client: Client) -> None:
+async def test_the_first_token_is_the_one_checked(client: Client) -> None:
     resp = await client.get(f"/_tap/?token={TOKEN}&token=junk", allow_redirects=False)
-    assert resp.status == 303
-    assert resp.cookies[COOKIE].value == TOKEN
+    assert (resp.status, resp.headers["Location"]) == (303, "/_tap/")
+    assert COOKIE in resp.cookies
+    assert (await client.get("/_tap/api/records")).status == 200
 
 
 @pytest.mark.parametrize("plant", ["mode", "owner", "symlink"])
@@ -168,3 +200,60 @@ def test_a_token_file_anyone_else_could_have_planted_is_refused(tmp_path: Path, 
             os.chown(path, 4242, -1)
     with pytest.raises(ConfigError, match="admin-token"):
         admin_token(settings(tmp_path))
+
+
+async def test_wrong_tokens_earn_a_429_and_signed_in_browsers_pass(client: Client) -> None:
+    signed_in = await client.get(f"/_tap/?token={TOKEN}", allow_redirects=False)
+    session = {"Cookie": f"{COOKIE}={signed_in.cookies[COOKIE].value}"}
+    client.session.cookie_jar.clear()
+    for _ in range(3):  # no token at all: not an attempt, not counted
+        assert (await client.get("/_tap/api/records")).status == 401
+    for i in range(5):
+        wrong = {"Authorization": f"Bearer wrong-token-{i:02}-xxxxxxx"}
+        assert (await client.get("/_tap/api/records", headers=wrong)).status == 401
+    for attempt in ({"Authorization": f"Bearer {TOKEN}"}, None):
+        if attempt is None:  # the right token in the URL is held up as well
+            resp = await client.get(f"/_tap/?token={TOKEN}", allow_redirects=False)
+        else:
+            resp = await client.get("/_tap/api/records", headers=attempt)
+        assert resp.status == 429
+        assert 55 <= int(resp.headers["Retry-After"]) <= 60
+        body = await resp.json()
+        assert set(body) == {"error"} and "try again in" in body["error"]
+        assert resp.headers["Content-Security-Policy"] == CSP
+    assert (await client.get("/_tap/api/records", headers=session)).status == 200
+
+
+async def raw_request(proxy: Proxy, head: str) -> tuple[int, bytes]:
+    """One request as bytes, exactly as given; the status and the whole reply."""
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(head.encode() + b"Host: localhost\r\nConnection: close\r\n\r\n")
+    reply = await reader.read(-1)
+    writer.close()
+    return int(reply.split(b" ", 2)[1]), reply
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["GET /_tap%2Fapi/records", "GET /_tap%2fapi%2Frecords?limit=1", "POST /_tap", "PUT /_tap"],
+)
+async def test_a_tap_path_the_router_reads_otherwise_is_never_forwarded(
+    proxy: Proxy, fake_ollama: FakeOllama, target: str
+) -> None:
+    # The decoded path is the proxy's (so it needs the token), while the router keeps %2F
+    # and would hand it to the catch-all: to Ollama, with the admin token in its headers.
+    # (The bare /_tap is open: it only redirects GETs to /_tap/.)
+    status, reply = await raw_request(proxy, f"{target} HTTP/1.1\r\n")
+    assert status == (404 if target.endswith("/_tap") else 401)
+    bearer = f"Authorization: Bearer {ADMIN_TOKEN}\r\n"
+    status, reply = await raw_request(proxy, f"{target} HTTP/1.1\r\n{bearer}Content-Length: 0\r\n")
+    assert status == 404 and b'"error": "ollama-tap: no such path /_tap' in reply
+    assert [r for r in fake_ollama.received if "tap" in r.path_qs] == []
+
+
+async def test_the_bare_tap_path_signs_in_at_the_page(proxy: Proxy) -> None:
+    # The cookie is scoped to /_tap/, so /_tap only redirects there, token and all.
+    status, reply = await raw_request(proxy, f"GET /_tap?token={ADMIN_TOKEN} HTTP/1.1\r\n")
+    assert status == 308 and f"Location: /_tap/?token={ADMIN_TOKEN}\r\n".encode() in reply
+    status, reply = await raw_request(proxy, f"GET /_tap/?token={ADMIN_TOKEN} HTTP/1.1\r\n")
+    assert status == 303 and f"Set-Cookie: {COOKIE}=".encode() in reply

@@ -11,12 +11,13 @@ from proxy.config import Settings
 from proxy.exchange import OutputChunk, OutputKind
 from proxy.relay import tap
 from proxy.serve import banner
+from tests.support.serve_process import ADMIN_TOKEN
 
 
 def test_the_banner_says_whether_the_hot_modules_are_compiled() -> None:
     """An install without a C compiler runs interpreted; pip hides the build's word on it,
     so `serve` says it."""
-    text = banner(Settings(upstream="http://127.0.0.1:11434", admin_token="t"), "t")
+    text = banner(Settings(upstream="http://127.0.0.1:11434", admin_token=ADMIN_TOKEN), ADMIN_TOKEN)
     # What the import system really loaded: an extension module, or the .py.
     really = isinstance(tap.__loader__, importlib.machinery.ExtensionFileLoader)
     assert compiled.active() is really

@@ -73,7 +73,9 @@ def add_routes(app: web.Application) -> None:
         return _reply(request, assets[INDEX])
 
     async def bare(request: web.Request) -> web.Response:
-        raise web.HTTPPermanentRedirect(request.rel_url.with_path("/_tap/"))
+        # The query goes along: /_tap?token=… signs in at /_tap/, where the cookie applies.
+        target = request.rel_url.with_path("/_tap/").with_query(request.rel_url.query)
+        raise web.HTTPPermanentRedirect(target)
 
     async def static(request: web.Request) -> web.Response:
         asset = assets.get(request.match_info["name"])

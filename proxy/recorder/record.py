@@ -24,9 +24,10 @@ import orjson
 
 from proxy import ollama
 from proxy.config import RecordMode
+from proxy.credentials import redacted_query
 from proxy.exchange import Exchange
 from proxy.measures import timings
-from proxy.recorder.redact import BODY_CAP, allowed_headers, capped, redacted_query, scrub
+from proxy.recorder.redact import BODY_CAP, allowed_headers, capped, scrub
 from proxy.recorder.scope import Capture, Scope
 
 COLUMNS: Final = (

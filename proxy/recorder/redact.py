@@ -3,18 +3,21 @@
 Media and vectors are replaced in place by a placeholder ``{"$omitted": kind, "bytes": n,
 "sha256": hex}``, so a stored body keeps its shape. Media are hashed after base64
 decoding (the hash then matches the image file); a vector is hashed as its JSON text.
+A string under a credential's name (`"api_key"`, `"password"`, a tool call's `"token"`;
+proxy/credentials.py has the rule) is stored as ``"[redacted]"``; the body's sha256 is
+still that of the bytes sent.
 """
 
 from __future__ import annotations
 
 import binascii
 import hashlib
-import re
 from collections.abc import Mapping
 from typing import Any, Final
-from urllib.parse import unquote_plus
 
 import orjson
+
+from proxy.credentials import REDACTED, is_credential_name
 
 BODY_CAP: Final = 1024 * 1024
 """Largest stored body; longer ones are cut and marked truncated."""
@@ -39,34 +42,6 @@ _VECTOR_KEYS: Final = frozenset({"embedding", "embeddings"})
 _SPECIAL_KEYS: Final = _VECTOR_KEYS | {"images", "data"}
 _CONTAINERS: Final = (dict, list)
 """A tuple, not `dict | list`: that expression builds a union object on every use."""
-
-
-_SECRET_WORDS: Final = (
-    "key", "token", "secret", "passw", "auth", "signature", "credential", "session", "cookie"
-)  # fmt: skip
-_SECRET_NAMES: Final = frozenset({"sig", "pwd", "code"})
-"""Query parameters that may carry credentials: any name containing one of the words
-(`key`, `api_key`, `x-goog-api-key`, `refresh_token`, `client_secret`, `X-Amz-Signature`,
-...) or named exactly `sig` (Azure), `pwd` or `code` (OAuth). A harmless parameter caught
-by them loses only its value in the record; a credential missed would be stored."""
-_SEPARATORS: Final = re.compile(r"([&;])")
-
-
-def _secret(name: str) -> bool:
-    lowered = unquote_plus(name).lower()
-    return lowered in _SECRET_NAMES or any(word in lowered for word in _SECRET_WORDS)
-
-
-def redacted_query(query: str) -> str:
-    """The query string with the values of credential-like parameters replaced (pairs split
-    at `&` and `;`, the separators kept)."""
-    if not query:
-        return query
-    parts = []
-    for item in _SEPARATORS.split(query):
-        name, eq, _ = item.partition("=")
-        parts.append(f"{name}{eq}[redacted]" if eq and _secret(name) else item)
-    return "".join(parts)
 
 
 _SPELLINGS: dict[str, str | None] = {}
@@ -124,9 +99,9 @@ def _is_data_url(value: str) -> bool:
 
 
 def scrub(node: Any, found: list[dict[str, Any]]) -> Any:
-    """The parsed body with media and vectors replaced; media placeholders are appended
-    to `found`. The body itself is never changed: a dict or list holding something to
-    replace is copied, the rest is shared (it is only serialized).
+    """The parsed body with media, vectors and credential strings replaced; media
+    placeholders are appended to `found`. The body itself is never changed: a dict or list
+    holding something to replace is copied, the rest is shared (it is only serialized).
 
     Covers native ``images[]`` (top level and in messages), OpenAI ``data:`` URLs
     (``image_url``, ``input_image``) and Anthropic ``{"type": "base64", "data": ...}``
@@ -152,10 +127,17 @@ def _scrub_dict(node: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, 
     for key, value in node.items():
         if key in _SPECIAL_KEYS:
             new = _special(node, key, value, found)
-        elif isinstance(value, _CONTAINERS) or (
-            isinstance(value, str) and value.startswith("data:")
-        ):
+        elif isinstance(value, _CONTAINERS):
             new = scrub(value, found)
+        elif isinstance(value, str):
+            # Strings only: a schema or a count under such a name (`"max_tokens": 10`)
+            # holds no credential.
+            if is_credential_name(key):
+                new = REDACTED
+            elif value.startswith("data:"):
+                new = scrub(value, found)
+            else:
+                continue
         else:
             continue
         if new is not value:

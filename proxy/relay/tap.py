@@ -18,6 +18,7 @@ from multidict import CIMultiDictProxy
 
 from proxy import ollama
 from proxy.config import Settings
+from proxy.credentials import redacted_path
 from proxy.exchange import Exchange, Outcome, OutputChunk
 from proxy.hooks import Hooks
 from proxy.relay.failures import INTERNAL_ERROR
@@ -103,7 +104,7 @@ class Tapped:
         arrived = incoming.arrived
         ex = self.ex = Exchange(
             method=incoming.method,
-            path=url.path,
+            path=redacted_path(url.path),  # as recorded and logged
             query=url.query_string,
             endpoint=ollama.endpoint_of(url.raw_path),
             client=incoming.remote,

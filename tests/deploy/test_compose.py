@@ -49,7 +49,7 @@ def compose_config(env_file: Path, *args: str) -> subprocess.CompletedProcess[st
 def config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The stack as Compose resolves it, with the `.env` that `make env` writes."""
     env = tmp_path_factory.mktemp("compose") / ".env"
-    env.write_text("OLLAMA_TAP_ADMIN_TOKEN=test-token\n")
+    env.write_text("OLLAMA_TAP_ADMIN_TOKEN=test-token-0123456789\n")
     proc = compose_config(env, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     resolved: dict[str, Any] = json.loads(proc.stdout)
@@ -77,7 +77,7 @@ def test_the_proxy_service(config: dict[str, Any]) -> None:
     env = tap["environment"]
     assert env["OLLAMA_TAP_UPSTREAM"] == "http://ollama:11434"
     assert env["OLLAMA_TAP_HOST"] == "0.0.0.0"
-    assert env["OLLAMA_TAP_ADMIN_TOKEN"] == "test-token"
+    assert env["OLLAMA_TAP_ADMIN_TOKEN"] == "test-token-0123456789"
     assert env["OLLAMA_TAP_DB"].startswith("/data/")
     assert any(v["type"] == "volume" and v["target"] == "/data" for v in tap["volumes"])
     assert any(p["target"] == 11435 for p in tap["ports"])

@@ -81,7 +81,7 @@ async def test_inspector_in_chromium(
     assert await page.evaluate("location.href") == f"{proxy.url}/_tap/"
     assert await page.evaluate("document.cookie") == ""
     [cookie] = (await page.send("Network.getCookies", urls=[f"{proxy.url}/_tap/"]))["cookies"]
-    assert (cookie["httpOnly"], cookie["sameSite"], cookie["path"]) == (True, "Strict", "/_tap")
+    assert (cookie["httpOnly"], cookie["sameSite"], cookie["path"]) == (True, "Strict", "/_tap/")
     history = await page.send("Page.getNavigationHistory")
     assert not [e for e in history["entries"] if "token=" in e["url"]]
 

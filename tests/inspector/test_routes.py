@@ -61,7 +61,7 @@ async def test_token_in_url_redirects_to_the_page_with_a_cookie(proxy: Proxy) ->
             assert resp.status == 303
             assert resp.headers["Location"] == "/_tap/"
             cookie = resp.headers["Set-Cookie"]
-        assert all(part in cookie for part in ("HttpOnly", "SameSite=Strict", "Path=/_tap"))
+        assert all(part in cookie for part in ("HttpOnly", "SameSite=Strict", "Path=/_tap/;"))
         async with s.get(f"{proxy.url}/_tap/") as resp:
             assert resp.status == 200
             assert "<title>ollama-tap inspector</title>" in await resp.text()

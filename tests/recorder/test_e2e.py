@@ -11,15 +11,19 @@ from typing import Any
 
 import aiohttp
 import ollama
+import orjson
 import pytest
+from yarl import URL
 
 from proxy.recorder.store import Filters, Store
-from tests.conftest import Proxy
+from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.records import AUTH, records
 from tests.support.serve_process import serve
+from tests.support.spy import Spy
 
 SECRET = "sk-live-CLIENT-SECRET"
+JSON = {"Content-Type": "application/json"}
 
 
 async def test_stream_recorded_with_timeline_and_no_credential(proxy: Proxy) -> None:
@@ -136,3 +140,35 @@ async def test_sigkill_under_load_leaves_a_sound_database(
     assert ok == "ok"
     assert stored
     assert all(r["output"] == "The sky is blue." for r in stored)
+
+
+async def test_credentials_in_paths_queries_and_bodies_are_relayed_but_never_kept(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    spy = Spy()
+    proxy = await proxy_factory(observers=(spy,))
+    with_param = "/api/generate;token=PSECRET-path?jwt=QSECRET-1&bearer=QSECRET-2"
+    with_query = "/api/generate?pass=QSECRET-3&api_key;x=QSECRET-4&stream=0"
+    body = {"model": "llama3.2", "prompt": "hi", "stream": False, "api_key": "BSECRET-5"}
+    async with aiohttp.ClientSession() as s:
+        for target in (with_param, with_query):
+            url = URL(proxy.url + target, encoded=True)
+            async with s.post(url, data=orjson.dumps(body), headers=JSON) as resp:
+                await resp.read()
+    assert [r.path_qs for r in fake_ollama.received if "SECRET" in r.path_qs] == [
+        with_param,
+        with_query,
+    ]  # the relayed bytes are the client's
+    assert fake_ollama.received[-1].body == orjson.dumps(body)
+    listed = await records(proxy, 2)
+    ended = await spy.wait_ended(2)
+    assert {ex.path for ex in ended} == {"/api/generate;token=[redacted]", "/api/generate"}
+    assert {r["path"] for r in listed} == {"/api/generate;token=[redacted]", "/api/generate"}
+    [full] = [r for r in listed if r["path"] == "/api/generate"]
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        async with s.get(f"{proxy.url}/_tap/api/records/{full['id']}") as resp:
+            record = await resp.json()
+    assert record["query"] == "pass=[redacted]&api_key;x=[redacted]&stream=0"
+    assert record["request"]["body"]["json"]["api_key"] == "[redacted]"
+    db = b"".join(p.read_bytes() for p in proxy.settings.db_path.parent.glob("records.db*"))
+    assert b"SECRET" not in db

@@ -9,6 +9,7 @@ import orjson
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from proxy.credentials import REDACTED, is_credential_name
 from proxy.exchange import OutputChunk, OutputKind
 from proxy.recorder import redact
 from proxy.recorder.redact import HEADER_ALLOW, allowed_headers, omitted, scrub
@@ -31,6 +32,7 @@ BODIES: dict[str, Any] = {
     "not base64": {"source": {"type": "text", "data": "kept"}},
     "vectors": {"embeddings": [[0.5, 1.5], [2.5]], "data": [{"embedding": [0.25]}]},
     "scalars": [None, True, 3, 2.5, "data:text/plain,not base64"],
+    "credentials": {"api_key": "s", "meta": [{"token": "t", "max_tokens": 3}], "code": None},
 }
 
 
@@ -45,6 +47,8 @@ def reference_scrub(node: Any, found: list[dict[str, Any]]) -> Any:
                 out[key] = redact._media(value, found)
             elif key in {"embedding", "embeddings"} and isinstance(value, list | str):
                 out[key] = redact._vectors(key, value)
+            elif isinstance(value, str) and is_credential_name(key):
+                out[key] = REDACTED
             else:
                 out[key] = reference_scrub(value, found)
         return out

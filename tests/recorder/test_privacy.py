@@ -12,10 +12,11 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from proxy.credentials import is_credential_name, redacted_path, redacted_query
 from proxy.exchange import Outcome
 from proxy.recorder import Recorder
 from proxy.recorder.export import har, write_jsonl
-from proxy.recorder.redact import BODY_CAP
+from proxy.recorder.redact import BODY_CAP, scrub
 from proxy.recorder.store import Filters
 from tests.recorder.factory import (
     SECRET_HEADER,
@@ -175,8 +176,6 @@ async def test_full_mode_redacts_credentials_in_the_query(tmp_path: Path) -> Non
 
 
 def test_query_redaction_rules() -> None:
-    from proxy.recorder.redact import redacted_query
-
     assert redacted_query("") == ""
     assert redacted_query("a=1&API_KEY=s&access_token=t&b") == (
         "a=1&API_KEY=[redacted]&access_token=[redacted]&b"
@@ -191,3 +190,66 @@ def test_query_redaction_rules() -> None:
         "&session=[redacted];id_token=[redacted]&passwd=[redacted]&X-Amz-Signature=[redacted]"
         "&X-Amz-Credential=[redacted]&sig=[redacted]&code=[redacted]&model=llama3&stream=true"
     )
+
+
+def test_query_names_the_old_rule_missed() -> None:
+    assert redacted_query("jwt=a&bearer=b&pass=c&Passphrase=d&model=m") == (
+        "jwt=[redacted]&bearer=[redacted]&pass=[redacted]&Passphrase=[redacted]&model=m"
+    )
+    # `api_key;x=v` is one name to aiohttp and Python (`api_key;x`), a pair to others.
+    assert redacted_query("api_key;x=Qddd&a=1;token=t&b=2") == (
+        "api_key;x=[redacted]&a=1;token=[redacted]&b=2"
+    )
+
+
+def test_path_parameters_lose_credential_values() -> None:
+    assert redacted_path("/api/generate") == "/api/generate"
+    assert redacted_path("/api/generate;token=PSECRET") == "/api/generate;token=[redacted]"
+    assert (
+        redacted_path("/a;v=1;api_key=s/b;sig=t;x")
+        == "/a;v=1;api_key=[redacted]/b;sig=[redacted];x"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "credential"),
+    [
+        ("api_key", True), ("apiKey", True), ("password", True), ("client_secret", True),
+        ("Authorization", True), ("X-Amz-Signature", True), ("sig", True), ("code", True),
+        ("model", False), ("prompt", False), ("design", False), ("messages", False),
+        ("keep_alive", False), ("encoded", False), ("num_predict", False),
+    ],
+)  # fmt: skip
+def test_one_rule_for_credential_names(name: str, credential: bool) -> None:
+    assert is_credential_name(name) is credential
+
+
+def test_credential_keys_of_a_body_are_redacted_wherever_they_are() -> None:
+    body = {
+        "model": "m",
+        "api_key": "BODYSECRET-111",
+        "metadata": {"token": "BODYSECRET-222", "user": "kept"},
+        "messages": [{"role": "user", "content": "my password is in the text, kept"}],
+        "tools": [{"function": {"parameters": {"properties": {"token": {"type": "string"}}}}}],
+        "max_tokens": 5,
+    }
+    out = scrub(body, [])
+    assert out["api_key"] == out["metadata"]["token"] == "[redacted]"
+    assert out["metadata"]["user"] == "kept" and out["max_tokens"] == 5
+    assert out["messages"] is body["messages"] and out["tools"] is body["tools"]
+    assert body["api_key"] == "BODYSECRET-111"  # the body itself is never changed
+
+
+async def test_full_mode_stores_no_credential_of_a_json_body(tmp_path: Path) -> None:
+    rec = Recorder(make_settings(tmp_path, record="full"), CollectorRegistry())
+    await rec.start()
+    body = {"model": "m", "prompt": "hi", "password": "BODYSECRET-333", "options": {"seed": 1}}
+    ex = exchange(endpoint="/api/generate", body=body)
+    drive(rec, ex, pieces(2))
+    await rec.stop()
+    everything = await asyncio.to_thread(raw_files, tmp_path) + await exports(rec)
+    assert b"BODYSECRET" not in everything
+    stored_body = (await stored(rec, ex.id))["request"]["body"]
+    assert stored_body["json"]["password"] == "[redacted]"
+    # The hash is still that of the bytes sent: a record can be matched to its request.
+    assert stored_body["sha256"] == hashlib.sha256(ex.request_body).hexdigest()

@@ -100,7 +100,7 @@ async def test_dns_rebinding_is_refused_like_ollama(
 async def test_public_host_reaches_ollama_on_a_non_loopback_bind(
     proxy_factory: MakeProxy, raw_session: aiohttp.ClientSession
 ) -> None:
-    proxy = await proxy_factory(host="0.0.0.0", admin_token="t")
+    proxy = await proxy_factory(host="0.0.0.0")
     status, _, body = await fetch(
         raw_session, "GET", proxy.url + "/", headers={"Host": "ollama.example.com"}
     )

@@ -1,0 +1,65 @@
+"""Which names carry credentials, and the query strings and paths with their values redacted.
+
+One rule for every name the proxy keeps or prints: query parameters, path parameters
+(`/api/generate;token=…`) and the keys of recorded JSON bodies. A harmless name caught by
+it loses only its value in the record; a credential missed would be stored.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Final
+from urllib.parse import unquote_plus
+
+REDACTED: Final = "[redacted]"
+_CREDENTIAL: Final = re.compile(
+    r"key|token|secret|pass|pwd|auth|credential|session|cookie|jwt|bearer"
+    r"|(?:^|[^a-z])sig|^code$"
+)
+"""Any name containing one of the words (`api_key`, `x-goog-api-key`, `refresh_token`,
+`client_secret`, `password`, `passwd`, `jwt`, `bearer`, ...), `sig` at the start of a word
+(`sig` for Azure, `X-Amz-Signature`), or exactly `code` (OAuth)."""
+
+
+@lru_cache(maxsize=4096)
+def is_credential_name(name: str) -> bool:
+    """Whether a parameter or key of this name may hold a credential (percent-decoding and
+    case do not matter). Cached: bodies repeat the same few keys."""
+    return _CREDENTIAL.search(unquote_plus(name).lower()) is not None
+
+
+def _redacted_pieces(pieces: list[str], every: bool) -> str:
+    """`name=value` pieces joined by `;`, a value redacted when its name is a credential's
+    (or `every` value)."""
+    out = []
+    for piece in pieces:
+        name, eq, _ = piece.partition("=")
+        out.append(f"{name}={REDACTED}" if eq and (every or is_credential_name(name)) else piece)
+    return ";".join(out)
+
+
+def redacted_query(query: str) -> str:
+    """The query string with the values of credential parameters replaced.
+
+    Servers disagree on `;`: some split pairs at it, others (Python's parse_qs, aiohttp)
+    read `api_key;x=v` as one name `api_key;x`, and Go drops such pairs. A value is
+    redacted when any of these readings names a credential."""
+    if not query:
+        return query
+    pairs = []
+    for pair in query.split("&"):
+        whole = is_credential_name(pair.partition("=")[0])
+        pairs.append(_redacted_pieces(pair.split(";"), whole))
+    return "&".join(pairs)
+
+
+def redacted_path(path: str) -> str:
+    """The path with the values of credential path parameters (`/x;token=v/y`) replaced."""
+    if ";" not in path:
+        return path
+    segments = []
+    for segment in path.split("/"):
+        head, *params = segment.split(";")
+        segments.append(";".join([head, _redacted_pieces(params, False)]) if params else head)
+    return "/".join(segments)

@@ -1,0 +1,73 @@
+"""The log never carries a credential, also for requests nobody can parse."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from pathlib import Path
+
+import pytest
+from aiohttp.http_exceptions import LineTooLong
+
+from proxy import logs
+from tests.support.fake_ollama import FakeOllama
+from tests.support.serve_process import ADMIN_TOKEN, serve
+
+MALFORMED = [
+    f"GET /_tap/?token={ADMIN_TOKEN}\x01 HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    f"GET /api/tags?api_key={ADMIN_TOKEN} HTTP/1.1\r\nHost: localhost\r\nX: \x7f\x01\r\n\r\n",
+    "GET /_tap/api/records HTTP/1.1\r\nHost: localhost\r\n"
+    f"Authorization: Bearer {ADMIN_TOKEN}{'a' * 70_000}\r\n\r\n",
+]
+
+
+async def send(url: str, request: str) -> bytes:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request.encode("latin-1"))
+    reply = await reader.read(-1)
+    writer.close()
+    return reply
+
+
+@pytest.mark.parametrize("relay", ["fast", "aiohttp"])
+async def test_a_malformed_request_is_logged_without_its_bytes(
+    fake_ollama: FakeOllama, tmp_path: Path, relay: str
+) -> None:
+    proc, url = await serve(fake_ollama.url, tmp_path / "r.db", "--relay", relay, capture=True)
+    try:
+        for request in MALFORMED:
+            assert (await send(url, request)).split(b" ", 2)[1] == b"400"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await proc.communicate()
+    logged = [line for line in stderr.splitlines() if line.startswith(b"{")]  # not the banner
+    assert not [line for line in logged if ADMIN_TOKEN.encode() in line]
+    lines = [json.loads(line) for line in logged]
+    said = [line for line in lines if line["event"].startswith("Error handling request")]
+    assert len(said) == len(MALFORMED), lines
+    assert {line["level"] for line in said} == {"info"}
+    assert "exception" not in said[0] and "answered 400" in said[0]["event"]
+
+
+def test_the_filter_keeps_other_records_and_honours_the_level() -> None:
+    logger = logging.getLogger("aiohttp.server")
+    bug = logger.makeRecord(logger.name, logging.ERROR, "f", 1, "Unhandled", (), None)
+    assert logs.REQUEST_BYTES_FILTER.filter(bug) and bug.levelno == logging.ERROR
+    try:
+        raise LineTooLong(f"Bearer {ADMIN_TOKEN}", 8190)
+    except LineTooLong as exc:
+        info = (type(exc), exc, exc.__traceback__)
+    parse = logger.makeRecord(logger.name, logging.ERROR, "f", 1, "Error from %s", ("x",), info)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        assert not logs.REQUEST_BYTES_FILTER.filter(parse)  # info, below --log-level warning
+    finally:
+        logger.setLevel(level)
+    assert ADMIN_TOKEN not in parse.getMessage() and parse.exc_info is None
+    assert (
+        parse.getMessage() == "Error from x: LineTooLong, answered 400 (the request is not quoted)"
+    )
