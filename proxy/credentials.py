@@ -29,6 +29,13 @@ def is_credential_name(name: str) -> bool:
     return _CREDENTIAL.search(unquote_plus(name).lower()) is not None
 
 
+def is_credential_key(key: str) -> bool:
+    """Whether a recorded JSON body's key may hold a credential: the same rule, but for
+    `code`, which in a body is far more often a tool's argument (a coding agent's source
+    text) than an OAuth code, and losing it would empty the records worth reading."""
+    return key != "code" and is_credential_name(key)
+
+
 def _redacted_pieces(pieces: list[str], every: bool) -> str:
     """`name=value` pieces joined by `;`, a value redacted when its name is a credential's
     (or `every` value)."""

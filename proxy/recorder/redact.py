@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import orjson
 
-from proxy.credentials import REDACTED, is_credential_name
+from proxy.credentials import REDACTED, is_credential_key
 
 BODY_CAP: Final = 1024 * 1024
 """Largest stored body; longer ones are cut and marked truncated."""
@@ -132,7 +132,7 @@ def _scrub_dict(node: dict[str, Any], found: list[dict[str, Any]]) -> dict[str, 
         elif isinstance(value, str):
             # Strings only: a schema or a count under such a name (`"max_tokens": 10`)
             # holds no credential.
-            if is_credential_name(key):
+            if is_credential_key(key):
                 new = REDACTED
             elif value.startswith("data:"):
                 new = scrub(value, found)

@@ -232,8 +232,10 @@ def test_credential_keys_of_a_body_are_redacted_wherever_they_are() -> None:
         "messages": [{"role": "user", "content": "my password is in the text, kept"}],
         "tools": [{"function": {"parameters": {"properties": {"token": {"type": "string"}}}}}],
         "max_tokens": 5,
+        "code": "print('a coding tool's argument, kept')",
     }
     out = scrub(body, [])
+    assert out["code"] == body["code"]
     assert out["api_key"] == out["metadata"]["token"] == "[redacted]"
     assert out["metadata"]["user"] == "kept" and out["max_tokens"] == 5
     assert out["messages"] is body["messages"] and out["tools"] is body["tools"]
