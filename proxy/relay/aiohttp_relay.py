@@ -146,7 +146,7 @@ class AiohttpRelay:
                 await resp.write(data)
                 tapped.read_piece(data, time.monotonic())
         except ConnectionResetError:
-            self.finish(Outcome.CLIENT_DISCONNECTED)
+            self.finish(*tapped.left(Outcome.CLIENT_DISCONNECTED))
             return resp
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
             # The upstream cut its reply: cut the client's connection the same way, so the
@@ -158,7 +158,7 @@ class AiohttpRelay:
         try:
             await resp.write_eof()
         except ConnectionResetError:
-            self.finish(Outcome.CLIENT_DISCONNECTED)
+            self.finish(*tapped.left(Outcome.CLIENT_DISCONNECTED))
             return resp
         written = time.monotonic()
         tapped.close_reader(at)

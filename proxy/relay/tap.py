@@ -69,7 +69,13 @@ class Tap:
         try:
             return await relay.run()
         except asyncio.CancelledError:
-            relay.finish(Outcome.SHUTDOWN if self.shutting_down else Outcome.CLIENT_DISCONNECTED)
+            # The client left (aiohttp and the HTTP/1 front cancel its task) or the proxy
+            # is stopping.
+            relay.finish(
+                *relay.tapped.left(
+                    Outcome.SHUTDOWN if self.shutting_down else Outcome.CLIENT_DISCONNECTED
+                )
+            )
             raise
         except Exception:
             ex = relay.tapped.ex
@@ -119,6 +125,8 @@ class Tapped:
         self.content = incoming.content
         self.has_body = incoming.has_body
         self.reader: ollama.Reader | None = None
+        self.last_write: float | None = None
+        """When the last body piece was written to the client."""
         self.request_fired = False
         self.ended = False
 
@@ -185,6 +193,7 @@ class Tapped:
     def read_piece(self, data: bytes, at: float) -> None:
         """Bytes written to the client at `at`: count them and let the reader see them."""
         self.ex.response_bytes += len(data)
+        self.last_write = at
         reader = self.reader
         if reader is not None:
             self.outputs(reader.feed(data, at))
@@ -207,17 +216,29 @@ class Tapped:
         """How the reply that was relayed to its end ended."""
         return ollama.outcome_of(self.ex, self.reader)
 
+    def answered(self) -> bool:
+        """Whether the client has its whole answer before the reply's end: a stream whose
+        final object or terminal event (or an error line) was relayed. Any other reply,
+        a single JSON one included, is whole only at its end."""
+        reader = self.reader
+        return reader is not None and self.ex.streamed and (reader.complete or reader.errored)
+
     def cut(self, cut: BaseException) -> Outcome:
         """The upstream cut its reply (the transport cut the client's the same way): let the
         reader finish; the outcome to end with."""
         self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {cut!r}"
         self.close_reader(time.monotonic())
-        # A stream that already brought its final object (or an error line) ends as that
-        # says: `incomplete` is a stream without its end, and the client has every line.
-        # Any other cut reply, a single JSON one included, is incomplete.
-        reader = self.reader
-        ended = reader is not None and self.ex.streamed and (reader.complete or reader.errored)
-        return self.outcome() if ended else Outcome.INCOMPLETE
+        # `incomplete` is a stream without its end; one cut after it ends as it says.
+        return self.outcome() if self.answered() else Outcome.INCOMPLETE
+
+    def left(self, otherwise: Outcome) -> tuple[Outcome, float | None]:
+        """How an exchange ends whose client went away (or that the proxy stopped) before
+        the reply's end, and when: a stream the client had whole (many clients close at
+        `done:true` or `[DONE]`, before the upstream's end of body) as it says, at its last
+        write; any other as `otherwise`, now."""
+        if self.answered():
+            return self.outcome(), self.last_write
+        return otherwise, None
 
     def proxy_error(self, status: int, message: str) -> bytes:
         """The body of a response the proxy makes itself, in the route family's error shape;

@@ -255,7 +255,7 @@ class Http1Relay(ReplySink):
         if self.bug is not None:
             raise self.bug
         if self.gone or (self.client.is_closing() and not self.delivered()):
-            self.finish(Outcome.CLIENT_DISCONNECTED)
+            self.finish(*self.tapped.left(Outcome.CLIENT_DISCONNECTED))
             return
         if reply.error is not None:
             self.abort_client()  # cut as the upstream cut it: the client sees what it would
