@@ -72,13 +72,16 @@ class Recorder:
         scope = scope_of(ex, self.record_routes)
         cap = None
         if scope is not None:
-            model = self.spelling(ex.model)
-            digest = self.digest_of(model) if model and self.digest_of else None
             keep_text = self.mode is RecordMode.FULL
             timeline = Timeline(keep_text=keep_text) if scope is Scope.FULL else None
-            cap = Capture(scope, model, digest, timeline)
+            cap = Capture(scope, None, None, timeline)
+            self._name(ex, cap)
         ex.metadata[_KEY] = cap
         return cap
+
+    def _name(self, ex: Exchange, cap: Capture) -> None:
+        model = cap.model = self.spelling(ex.model)
+        cap.digest = self.digest_of(model) if model and self.digest_of else None
 
     def request(self, ex: Exchange) -> None:
         if self.writer is not None:
@@ -96,6 +99,9 @@ class Recorder:
             return
         cap = ex.metadata[_KEY] if _KEY in ex.metadata else self._capture(ex)
         if cap is not None:
+            if cap.model is None and ex.model is not None:
+                # The upstream answered before the request body came: named at its end.
+                self._name(ex, cap)
             self.writer.submit(ex, cap)
 
     def error(self, ex: Exchange) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import structlog
 from aiohttp import hdrs
@@ -28,6 +28,10 @@ from proxy.relay.incoming import BodySource, Incoming
 log = structlog.get_logger("ollama_tap.relay")
 
 R = TypeVar("R", covariant=True)
+
+REST_OF_BODY_SECONDS: Final = 10.0
+"""How long the rest of an upload that the upstream answered before it ended is read, for
+the record, before the exchange ends without it (aiohttp's lingering time)."""
 
 
 class Relay(Protocol[R]):
@@ -66,6 +70,15 @@ class Tap:
         if task is not None:
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
+        tapped = relay.tapped
+        try:
+            result = await self._run(relay)
+            await tapped.settle()
+            return result
+        finally:
+            tapped.end()  # cancelled, or failed, while the rest of its upload was awaited
+
+    async def _run(self, relay: Relay[R]) -> R:
         try:
             return await relay.run()
         except asyncio.CancelledError:
@@ -127,8 +140,14 @@ class Tapped:
         self.reader: ollama.Reader | None = None
         self.last_write: float | None = None
         """When the last body piece was written to the client."""
+        self.streaming: TeedBody | None = None
+        """The body as it streams in, when it did not come whole with the head."""
         self.request_fired = False
         self.ended = False
+        """`finish` was called: how the exchange ended is known (`settled`)."""
+        self.settled: tuple[Outcome, float] | None = None
+        self.told = False
+        """The end hook fired (`end`)."""
 
     # -- the request --------------------------------------------------------------------
 
@@ -147,7 +166,8 @@ class Tapped:
             data = await content.read()
             self.tee_piece(data)
             return data
-        return TeedBody(self, content)
+        self.streaming = TeedBody(self, content)
+        return self.streaming
 
     def tee_piece(self, data: bytes) -> None:
         self.ex.request_bytes += len(data)
@@ -157,18 +177,36 @@ class Tapped:
             else:
                 self.tee_buf = None
 
-    def fire_request(self, truncated: bool = False) -> None:
-        """Parse the teed body (once) and fire the request hook."""
+    def fire_request(self) -> None:
+        """Parse the teed body and fire the request hook (once)."""
         if self.request_fired:
             return
         self.request_fired = True
-        ex = self.ex
-        if self.tee:
-            body = bytes(self.tee_buf) if self.tee_buf is not None else b""
-            ex.request_body = body if self.tee_buf is not None else None
-            ex.request = ollama.parse_request_fields(body, truncated or self.tee_buf is None)
+        self.parse_body()
+        self.hooks.request(self.ex)
+
+    def parse_body(self) -> None:
+        """Fill the Exchange's request fields from the teed body. A body still streaming in
+        (the upstream answered first) keeps being teed, and is parsed again at its end or
+        at the exchange's (`body_ended`, `end`): the record gets what arrived."""
+        if not self.tee:
+            return
+        ex, buf = self.ex, self.tee_buf
+        body = bytes(buf) if buf is not None else b""
+        ex.request_body = body if buf is not None else None
+        ex.request = ollama.parse_request_fields(body, buf is None)
+        if not self.body_open():
             self.tee_buf = None  # the Exchange holds the one copy from here on
-        self.hooks.request(ex)
+
+    def body_open(self) -> bool:
+        """Whether the request body is still streaming in."""
+        return self.streaming is not None and not self.streaming.done
+
+    def body_ended(self) -> None:
+        if self.request_fired:
+            self.parse_body()  # the reply came first: now the fields of the whole body
+        else:
+            self.fire_request()
 
     # -- the reply ----------------------------------------------------------------------
 
@@ -253,15 +291,44 @@ class Tapped:
         return body
 
     def finish(self, outcome: Outcome, at: float | None = None) -> None:
-        """End the exchange once: stamp it (`at`, when its last byte was written; else
-        now) and fire `response` or `error`."""
+        """Settle how the exchange ended, once (`at`, when its last byte was written; else
+        now), and end it: at once, unless the upstream answered before the request body
+        ended, whose rest is then read for the record first (`settle`)."""
         if self.ended:
             return
         self.ended = True
+        self.settled = (outcome, at or time.monotonic())
+        if not self.awaits_body():
+            self.end()
+
+    def awaits_body(self) -> bool:
+        """Whether the exchange waits for the rest of a request body it tees."""
+        return self.body_open() and self.tee_buf is not None and not self.told
+
+    async def settle(self) -> None:
+        """Read the rest of a body the upstream answered before it ended (teed, not sent)
+        for at most REST_OF_BODY_SECONDS, up to the tee limit, then end the exchange. The
+        client's reply is out by now: only the exchange's end waits."""
+        body = self.streaming
+        if body is not None and self.settled is not None and self.awaits_body():
+            try:
+                async with asyncio.timeout(REST_OF_BODY_SECONDS):
+                    await body.rest()
+            except Exception as exc:  # the client stopped sending, or went: keep what came
+                log.debug("upload_rest_unread", id=self.ex.id, error=repr(exc))
+        self.end()
+
+    def end(self) -> None:
+        """Fire `response` or `error` for an exchange that settled, once."""
+        if self.told or self.settled is None:
+            return
+        self.told = True
+        if self.tee_buf is not None and self.request_fired:
+            self.parse_body()  # the rest of an early-answered upload came since
         self.fire_request()
-        self.ex.outcome = outcome
-        self.ex.ended = at or time.monotonic()
-        self.hooks.end(self.ex)
+        ex = self.ex
+        ex.outcome, ex.ended = self.settled
+        self.hooks.end(ex)
 
 
 class TeedBody:
@@ -271,15 +338,35 @@ class TeedBody:
     def __init__(self, tapped: Tapped, content: BodySource) -> None:
         self.tapped = tapped
         self.pieces = content.iter_any().__aiter__()
+        self.done = False
+        self.pulling = False
+        """A read of the source is under way (a body source takes one reader at a time)."""
+        self._unwound: asyncio.Future[None] | None = None
 
     def __aiter__(self) -> TeedBody:
         return self
 
     async def __anext__(self) -> bytes:
+        self.pulling = True
         try:
             data = await self.pieces.__anext__()
         except StopAsyncIteration:
-            self.tapped.fire_request()
+            self.done = True
+            self.tapped.body_ended()
             raise
+        finally:
+            self.pulling = False
+            if self._unwound is not None and not self._unwound.done():
+                self._unwound.set_result(None)
         self.tapped.tee_piece(data)
         return data
+
+    async def rest(self) -> None:
+        """Read (and tee) what is left, once the upload that read it has stopped; until the
+        end or the tee limit."""
+        if self.pulling:  # the upload's read, cancelled, unwinds on the loop's next turns
+            self._unwound = asyncio.get_running_loop().create_future()
+            await self._unwound
+        async for _ in self:
+            if self.tapped.tee_buf is None:
+                return
