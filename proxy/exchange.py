@@ -64,11 +64,12 @@ class Usage:
     Durations are in nanoseconds as Ollama reports them; a field Ollama omitted is 0,
     except `prompt_eval_cached_count`, which is None when the reply did not carry it
     (older Ollama), because 0 and "unknown" mean different things for the prefill rate.
+    `prompt_eval_count` is None when a compatibility usage left the prompt out.
     """
 
     total_duration: int
     load_duration: int
-    prompt_eval_count: int
+    prompt_eval_count: int | None
     prompt_eval_duration: int
     eval_count: int
     eval_duration: int
@@ -80,7 +81,7 @@ class Usage:
         self,
         total_duration: int = 0,
         load_duration: int = 0,
-        prompt_eval_count: int = 0,
+        prompt_eval_count: int | None = 0,
         prompt_eval_duration: int = 0,
         eval_count: int = 0,
         eval_duration: int = 0,
@@ -103,7 +104,7 @@ class Usage:
 
     @property
     def context_size(self) -> int:
-        return self.prompt_eval_count + self.eval_count
+        return (self.prompt_eval_count or 0) + self.eval_count
 
     @property
     def decode_rate(self) -> float | None:
@@ -116,7 +117,7 @@ class Usage:
     def prefill_tokens(self) -> int | None:
         """Prompt tokens actually processed (not served from the KV cache); None when
         Ollama did not report the cached count, because then nobody can tell."""
-        if self.prompt_eval_cached_count is None:
+        if self.prompt_eval_cached_count is None or self.prompt_eval_count is None:
             return None
         return self.prompt_eval_count - self.prompt_eval_cached_count
 

@@ -169,7 +169,8 @@ class MetricsObserver:
             self.m.output_rate[endpoint, model].observe(rate)
 
     def _tokens(self, usage: Usage, endpoint: str, model: str) -> None:
-        self.m.prompt_tokens[endpoint, model].inc(usage.prompt_eval_count)
+        if usage.prompt_eval_count is not None:
+            self.m.prompt_tokens[endpoint, model].inc(usage.prompt_eval_count)
         self.m.generation_tokens[endpoint, model].inc(usage.eval_count)
         if usage.prompt_eval_cached_count is not None:
             self.m.cached_tokens[endpoint, model].inc(usage.prompt_eval_cached_count)

@@ -190,6 +190,7 @@ _NATIVE_DURATIONS: Final = (
     "prompt_eval_duration",
     "eval_duration",
 )
+_NATIVE_STATS: Final = ("prompt_eval_count", "eval_count", *_NATIVE_DURATIONS)
 
 
 def _native_usage(obj: dict[str, Any]) -> Usage:
@@ -211,9 +212,14 @@ def _native_usage(obj: dict[str, Any]) -> Usage:
 
 
 def native_stats(ex: Exchange, obj: dict[str, Any]) -> None:
-    """Fills `ex` from a native final object: done_reason, usage, final created_at."""
+    """Fills `ex` from a native final object: done_reason, usage, final created_at.
+
+    A reply that reports no stats at all (the legacy /api/embeddings vector) has no usage:
+    its counts are unknown, not 0. A final object without them (load, unload) counts 0.
+    """
     ex.done_reason = nonempty_str(obj.get("done_reason"))
-    ex.usage = _native_usage(obj)
+    reports = obj.get("done") is True or any(key in obj for key in _NATIVE_STATS)
+    ex.usage = _native_usage(obj) if reports else None
     ex.final_created_at = nonempty_str(obj.get("created_at"))
 
 
@@ -223,16 +229,17 @@ def compat_usage(usage: Any) -> Usage | None:
     The cached count is `prompt_tokens_details.cached_tokens` (OpenAI) or
     `input_tokens_details.cached_tokens` (Responses), both part of the prompt count. Anthropic
     counts cache reads and writes apart from `input_tokens` (a disjoint partition), so they
-    are added to the prompt count.
+    are added to the prompt count. A usage without a prompt count (llama-server's Anthropic
+    `message_delta` counts the output only) leaves it unknown.
     """
     if not isinstance(usage, dict):
         return None
     details = usage.get("prompt_tokens_details", usage.get("input_tokens_details"))
     cached = count_or_none(details.get("cached_tokens")) if isinstance(details, dict) else None
-    prompt = count_or_zero(usage.get("prompt_tokens", usage.get("input_tokens")))
+    prompt = count_or_none(usage.get("prompt_tokens", usage.get("input_tokens")))
     if "cache_read_input_tokens" in usage:
         cached = count_or_zero(usage["cache_read_input_tokens"])
-        prompt += cached + count_or_zero(usage.get("cache_creation_input_tokens"))
+        prompt = (prompt or 0) + cached + count_or_zero(usage.get("cache_creation_input_tokens"))
     return Usage(
         prompt_eval_count=prompt,
         eval_count=count_or_zero(usage.get("completion_tokens", usage.get("output_tokens"))),

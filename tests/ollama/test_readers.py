@@ -231,6 +231,14 @@ def test_f8_embed_reply() -> None:
     )
 
 
+def test_legacy_embeddings_reply_counts_no_tokens_it_did_not_report() -> None:
+    ex = make_exchange("/api/embeddings", JSON)
+    reader, _ = read(ex, [b'{"embedding":[0.5,-0.25]}'])
+    assert reader.complete
+    assert ex.final == {"embedding": [0.5, -0.25]}
+    assert ex.usage is None
+
+
 def test_reply_over_the_limit_is_given_up_quietly() -> None:
     ex = make_exchange("/api/generate", JSON)
     reader, out = read(ex, [F5[:100], F5[100:]], limit=len(F5) - 1)

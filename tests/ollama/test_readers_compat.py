@@ -187,6 +187,19 @@ def test_anthropic_estimate_is_never_taken_for_a_count() -> None:
     assert ex.usage is None
 
 
+def test_anthropic_stream_without_input_tokens_leaves_the_prompt_count_unknown() -> None:
+    # llama-server reports the prompt in message_start only; its message_delta counts the
+    # output alone. The prompt is then unknown, not 0.
+    ex = make_exchange("/v1/messages", SSE)
+    delta = (
+        '{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":24}}'
+    )
+    end = [("message_delta", delta), ("message_stop", '{"type":"message_stop"}')]
+    reader, _ = read(ex, [sse(ANTHROPIC_START, *ANTHROPIC_BODY, *end)])
+    assert reader.complete
+    assert ex.usage == Usage(prompt_eval_count=None, eval_count=24)
+
+
 def test_anthropic_error_event() -> None:
     ex = make_exchange("/v1/messages", SSE)
     data = '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'

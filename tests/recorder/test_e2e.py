@@ -50,6 +50,15 @@ async def test_stream_recorded_with_timeline_and_no_credential(proxy: Proxy) -> 
     assert SECRET.encode() not in db
 
 
+async def test_legacy_embeddings_are_recorded_with_unknown_tokens(proxy: Proxy) -> None:
+    # Ollama's /api/embeddings reply is the vector alone: no count is 0, but unknown.
+    client = ollama.AsyncClient(host=proxy.url)
+    assert (await client.embeddings("all-minilm", "a")).embedding
+    [summary] = await records(proxy, 1)
+    assert (summary["outcome"], summary["endpoint"]) == ("ok", "/api/embeddings")
+    assert (summary["prompt_tokens"], summary["eval_tokens"]) == (None, None)
+
+
 async def test_api_needs_the_token_also_on_loopback(proxy: Proxy) -> None:
     async with aiohttp.ClientSession() as s:
         for headers, status in (({}, 401), ({"Authorization": "Bearer no"}, 401), (AUTH, 200)):
