@@ -205,7 +205,8 @@ class Exchange:
     request_body: bytes | None
     """A bounded copy of the request body (JSON routes only), None when not teed."""
     request_bytes: int
-    """Bytes of request body relayed upstream."""
+    """Bytes of request body taken from the client: relayed upstream, or read for the record
+    after the upstream had answered (relay/tap.py)."""
 
     status: int | None
     response_headers: dict[str, str]

@@ -5,7 +5,9 @@ Hooks fire in this order for every exchange, from the event loop, and must retur
 (no I/O: hand slow work to a queue or a thread):
 
 - ``request(ex)``: once, when the request body has been relayed upstream (or the upstream
-  answered first, or could not be reached) and its fields are on ``ex.request``.
+  answered first, or could not be reached) and its fields are on ``ex.request``. When the
+  upstream answered first, they are those of what had arrived; ``ex.request`` is completed
+  from the rest of the body (read for the record) before ``response`` or ``error``.
 - ``response_headers(ex)``: once, when the upstream's status and headers are known. Not
   fired when the upstream was unreachable. The aiohttp transport fires it before the
   client's response head is written; the HTTP/1 transport right after (observers never delay

@@ -26,7 +26,8 @@ _KEY: Final = "recorder"
 class Recorder:
     """Records exchanges (hooks on the loop, O(1) each) through a queue to a writer thread.
 
-    ``request`` decides the scope and resolves the model's digest at that moment; ``chunk``
+    ``request`` decides the scope and resolves the model's digest at that moment (or the
+    end does, for a model named only by a body that ended after the reply began); ``chunk``
     appends to the compact timeline in ``ex.metadata["recorder"]``; ``response`` / ``error``
     hand the finished Exchange to the writer. With ``--record off`` every hook returns at
     once and no database file is created; ``store`` still reads an existing one.

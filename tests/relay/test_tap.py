@@ -286,3 +286,59 @@ async def test_shutdown_cancels_what_is_still_in_flight_after_the_grace() -> Non
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 2)
     assert calls.seen[-1] == ("error", Outcome.SHUTDOWN)
+
+
+@pytest.mark.parametrize("shutting_down", [False, True])
+async def test_a_stream_cancelled_after_its_final_object_ends_as_it_says(
+    shutting_down: bool,
+) -> None:
+    """Clients that close at `done:true`, before the upstream's end of body, had it all."""
+    made = tapped()
+    t, calls = made.tapped, made.calls
+    tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
+    tap.shutting_down = shutting_down
+
+    async def left_at_done() -> None:
+        t.reply_head(200, NDJSON)
+        t.announce()
+        t.read_piece(LINE % b"a", 2.0)
+        t.read_piece(FINAL, 3.0)
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await tap.drive(Driven(t, left_at_done))
+    assert calls.seen[-1] == ("response", Outcome.OK)
+    assert t.ex.ended == 3.0  # its last write, not when the client left
+
+
+async def test_a_body_that_ends_after_the_reply_is_parsed_before_the_end() -> None:
+    gate = asyncio.Event()
+
+    class Late(Body):
+        async def _each(self) -> AsyncIterator[bytes]:
+            yield self.pieces[0]
+            await gate.wait()  # the rest comes after the reply
+            yield self.pieces[1]
+
+    made = tapped(body=Late([b'{"model":', b'"late"}'], streamed=True))
+    t, calls = made.tapped, made.calls
+    tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
+
+    async def answered_early() -> None:
+        stream = await t.upload()
+        assert not isinstance(stream, bytes) and stream is not None
+        assert await stream.__anext__() == b'{"model":'  # the upload's first piece
+        t.reply_head(400, JSON)
+        t.announce()
+        t.read_piece(b'{"error":"no"}', 2.0)
+        t.close_reader(2.0)
+        t.finish(t.outcome(), 2.0)
+        asyncio.get_running_loop().call_later(0.05, gate.set)
+
+    await tap.drive(Driven(t, answered_early))
+    assert calls.seen == [
+        ("request", None),  # fired with the reply's head: the body was not whole
+        ("response_headers", 400),
+        ("response", Outcome.UPSTREAM_ERROR),
+    ]
+    assert (t.ex.model, t.ex.request_body, t.ex.ended) == ("late", b'{"model":"late"}', 2.0)
