@@ -16,6 +16,7 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from proxy.exchange import Retry
 from proxy.metrics.families import (
     BUILD_INFO,
     CACHED_TOKENS,
@@ -51,6 +52,7 @@ from proxy.metrics.families import (
     REQUEST_ERRORS,
     REQUESTS,
     RESPONSES,
+    RETRIES,
     TTFC,
     TTFT,
     UPSTREAM_INFO,
@@ -149,6 +151,9 @@ class RequestMetrics:
         self.context_tokens = histogram(r, CONTEXT_TOKENS)
         self.utilization = histogram(r, UTILIZATION)
         self.cold_starts = _counters(r, COLD_STARTS)
+        self.retries = _counters(r, RETRIES)
+        for reason in Retry:
+            self.retries[(reason.value,)]  # every reason is a series from the start, at 0
 
 
 class UpstreamMetrics:
