@@ -153,7 +153,7 @@ class RequestMetrics:
         self.cold_starts = _counters(r, COLD_STARTS)
         self.retries = _counters(r, RETRIES)
         for reason in Retry:
-            self.retries[(reason.value,)]  # every reason is a series from the start, at 0
+            self.retries[(reason.value,)].inc(0)  # every reason a series from the start
 
 
 class UpstreamMetrics:

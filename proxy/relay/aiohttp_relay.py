@@ -71,7 +71,6 @@ def relay_session(fresh: bool = False) -> aiohttp.ClientSession:
     if not fresh:
         trace = aiohttp.TraceConfig()
         trace.on_connection_reuseconn.append(_reused)
-        trace.freeze()
     session = make_session([trace] if trace is not None else None)
     session._retry_connection = False  # private, as aiohttp's own test client sets it
     return session

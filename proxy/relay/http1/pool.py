@@ -6,33 +6,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from typing import Final, cast
+from typing import cast
 
 from yarl import URL
 
 from proxy.relay.failures import READ_TIMEOUT_MESSAGE, UpstreamGone, UpstreamUnreachable
+from proxy.relay.headers import IDLE_SECONDS, idle_life
 from proxy.relay.http1.flow import FlowControl
 from proxy.relay.http1.reply import Reply
 
-IDLE_SECONDS: Final = 15.0
-"""An idle connection older than this is closed, not reused (aiohttp's keep-alive timeout):
-it may be closing at the upstream's end just as a request is written to it."""
-KEEP_ALIVE_MARGIN: Final = 1.0
-"""Seconds taken off the idle life an upstream announces (`Keep-Alive: timeout=N`): in its
-last moments the connection may be closing at the upstream's end as a request is written."""
 
-
-def idle_life(headers: list[tuple[str, str]]) -> float:
-    """How long a connection may wait idle after a reply with these headers: IDLE_SECONDS,
-    or less when the upstream's `Keep-Alive: timeout=N` says it closes it sooner."""
+def _keep_alive(headers: list[tuple[str, str]]) -> str | None:
     for name, value in headers:
         if len(name) == 10 and name.lower() == "keep-alive":
-            for param in value.split(","):
-                key, _, seconds = param.partition("=")
-                seconds = seconds.strip()
-                if key.strip().lower() == "timeout" and seconds.isascii() and seconds.isdigit():
-                    return min(IDLE_SECONDS, int(seconds) - KEEP_ALIVE_MARGIN)
-    return IDLE_SECONDS
+            return value
+    return None
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -119,7 +107,7 @@ class UpstreamConnection(asyncio.Protocol):
         if not reply.keep_alive:
             self.abort()  # `Connection: close`, or HTTP/1.0 without keep-alive
         elif self.request_sent and self.usable:
-            life = idle_life(reply.headers)
+            life = idle_life(_keep_alive(reply.headers))
             if life <= 0:
                 self.abort()
                 return

@@ -120,7 +120,7 @@ class Http1Relay(ReplySink):
         more, on a fresh connection, when a reused one dies first and relay/retry.py's rule
         allows it."""
         body = data if isinstance(data, bytes) else None
-        upload = None if data is None or body is not None else Upload(data)  # type: ignore[arg-type]
+        upload = Upload(data) if data is not None and not isinstance(data, bytes) else None
         reply = self.adopt_sent()
         while True:
             if reply is None:
