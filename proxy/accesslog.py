@@ -46,6 +46,7 @@ class AccessLog:
             bytes_out=ex.response_bytes,
             done_reason=ex.done_reason,
             error=ex.error_message,
+            retried=None if ex.retried is None else ex.retried.value,
         )
 
     def response(self, ex: Exchange) -> None:

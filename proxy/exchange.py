@@ -28,6 +28,16 @@ class Outcome(enum.StrEnum):
     """The proxy stopped (grace period over) while the exchange was in flight."""
 
 
+class Retry(enum.StrEnum):
+    """Why a request was sent a second time, on a fresh connection (relay/retry.py): the
+    reused connection it went out on ended before any byte of the reply came."""
+
+    CLOSED = "reused_connection_closed"
+    """The upstream closed it (end of file)."""
+    RESET = "reused_connection_reset"
+    """The upstream reset it (or writing the request to it failed)."""
+
+
 class OutputKind(enum.StrEnum):
     """What an output piece carries."""
 
@@ -233,6 +243,8 @@ class Exchange:
     """The final object (native) or the single JSON reply, when parsed."""
     error_message: str | None
     """Ollama's error text (error body or error line), or the proxy's own."""
+    retried: Retry | None
+    """Why the request was sent again, once, on a fresh connection; None when sent once."""
 
     outcome: Outcome | None
     ended: float | None
@@ -275,6 +287,7 @@ class Exchange:
         self.usage = None
         self.final = None
         self.error_message = None
+        self.retried = None
         self.outcome = None
         self.ended = None
         self.metadata = {}

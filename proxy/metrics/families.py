@@ -183,6 +183,10 @@ POLL_ERRORS: Final = _counter(
     "ollama_tap_upstream_poll_errors_total", (),
     "Failed reads of /api/version, /api/tags, /api/ps, /api/show.",
 )
+RETRIES: Final = _counter(
+    "ollama_tap_upstream_retries_total", ("reason",),
+    "Requests sent again, once, on a fresh connection: the reused one ended before any reply byte.",
+)
 MODEL_LOADED: Final = _gauge(
     "ollama_tap_model_loaded", (M,),
     "1 while /api/ps lists the model.",

@@ -134,6 +134,8 @@ class MetricsObserver:
         if ex.done_reason is not None:
             reason = ex.done_reason if ex.done_reason in DONE_REASONS else "other"
             self.m.responses[endpoint, model, reason].inc()
+        if ex.retried is not None:
+            self.m.retries[(ex.retried.value,)].inc()
         if endpoint not in MEASURED_ENDPOINTS or ex.done_reason in LOAD_REASONS:
             return
         self._latency(ex, endpoint, model)

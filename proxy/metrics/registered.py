@@ -16,6 +16,7 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from proxy.exchange import Retry
 from proxy.metrics.families import (
     BUILD_INFO,
     CACHED_TOKENS,
@@ -51,6 +52,7 @@ from proxy.metrics.families import (
     REQUEST_ERRORS,
     REQUESTS,
     RESPONSES,
+    RETRIES,
     TTFC,
     TTFT,
     UPSTREAM_INFO,
@@ -167,6 +169,9 @@ class RequestMetrics:
         self.context_tokens = histogram(r, CONTEXT_TOKENS)
         self.utilization = histogram(r, UTILIZATION)
         self.cold_starts = _counters(r, COLD_STARTS)
+        self.retries = _counters(r, RETRIES)
+        for reason in Retry:
+            self.retries[(reason.value,)].inc(0)  # every reason a series from the start
         self._by_model: tuple[Children[Counter] | Children[Gauge] | LoopHistogram, ...] = (
             *(self.requests, self.errors, self.in_flight, self.responses, self.duration),
             *(self.ttft, self.ttfc, self.inter_token, self.output_rate, self.load, self.queue),

@@ -36,7 +36,8 @@ COLUMNS: Final = (
     "ttft", "ttfc", "server_ttft", "client_overhead", "load", "queue_wait", "prefill",
     "decode", "total", "duration",
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
-    "request_bytes", "response_bytes", "chunks", "error_message", "nbytes", "doc", "timeline",
+    "request_bytes", "response_bytes", "chunks", "error_message", "retried",
+    "nbytes", "doc", "timeline",
 )  # fmt: skip
 ROW_OVERHEAD: Final = 256
 """Rough bytes of a row's scalar columns and index entries, for size-based retention."""
@@ -137,6 +138,7 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
         "response_bytes": ex.response_bytes,
         "chunks": ex.output_events,
         "error_message": ex.error_message,
+        "retried": None if ex.retried is None else ex.retried.value,
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
         "doc": doc,
         "timeline": timeline,

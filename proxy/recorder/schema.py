@@ -54,6 +54,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX records_endpoint ON records(endpoint, seq)",
         "CREATE INDEX records_outcome ON records(outcome, seq)",
     ),
+    # v3: why the request was sent upstream a second time (relay/retry.py), NULL when once.
+    ("ALTER TABLE records ADD COLUMN retried TEXT",),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

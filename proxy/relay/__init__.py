@@ -9,13 +9,14 @@ the hooks; `headers.py` has the header rules both follow (docs/architecture.md).
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
 from typing import Final
 
 from aiohttp import web
 
 from proxy.config import Settings
 from proxy.hooks import Hooks
-from proxy.relay.aiohttp_relay import SESSION, AiohttpTransport, make_session
+from proxy.relay.aiohttp_relay import SESSION, AiohttpTransport, make_session, relay_session
 from proxy.relay.http1.pool import UpstreamPool
 from proxy.relay.http1.server import Front
 from proxy.relay.http1.serves import OwnedPaths, Rule
@@ -46,7 +47,15 @@ def install(app: web.Application, settings: Settings, hooks: Hooks) -> Tap:
 
         app.on_cleanup.append(close_pool)
     app.on_shutdown.append(_shut_down)
-    app.router.add_route("*", "/{tail:.*}", AiohttpTransport(tap, app).handle)
+    transport = AiohttpTransport(tap, app)
+
+    async def relay_client(_: web.Application) -> AsyncIterator[None]:
+        transport.session = relay_session()
+        yield
+        await transport.session.close()
+
+    app.cleanup_ctx.append(relay_client)
+    app.router.add_route("*", "/{tail:.*}", transport.handle)
     return tap
 
 

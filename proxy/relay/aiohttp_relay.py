@@ -7,7 +7,8 @@ rule hands to aiohttp's server (HTTP/1.0, `Expect`, odd framing, a connection af
 from __future__ import annotations
 
 import time
-from typing import Final
+from types import SimpleNamespace
+from typing import Any, Final
 
 import aiohttp
 from aiohttp import hdrs, web
@@ -16,6 +17,7 @@ from proxy.exchange import Outcome
 from proxy.relay.failures import AIOHTTP_BROKEN_OFF, no_reply
 from proxy.relay.headers import MAX_FIELD, downstream_headers, upstream_headers
 from proxy.relay.incoming import Incoming
+from proxy.relay.retry import Upload, retry_reason
 from proxy.relay.tap import Tap, Tapped
 
 SESSION: Final = web.AppKey("session", aiohttp.ClientSession)
@@ -24,8 +26,9 @@ _SERVER_ADDED: Final = (hdrs.SERVER, hdrs.DATE, hdrs.CONTENT_TYPE)
 """Headers aiohttp's server may add on its own; removed again unless Ollama sent them."""
 
 
-def make_session() -> aiohttp.ClientSession:
-    """The one upstream client: transparent by construction.
+def make_session(trace_configs: list[aiohttp.TraceConfig] | None = None) -> aiohttp.ClientSession:
+    """An upstream client, transparent by construction (the app's, for the poller and the
+    vocabulary loader; and the relay's, `relay_session`).
 
     No headers of its own (the client's are relayed as they are), no decompression, no
     cookie jar, no proxy from the environment, and no connection cap (a cap would queue
@@ -40,7 +43,51 @@ def make_session() -> aiohttp.ClientSession:
         # A reply header up to what the proxy's server accepts from clients (the HTTP/1
         # transport's parser has no limit of its own), not aiohttp's 8,190 bytes.
         max_field_size=MAX_FIELD,
+        trace_configs=trace_configs,
     )
+
+
+class Attempt:
+    """One send of a request through the relay's session (its `trace_request_ctx`)."""
+
+    def __init__(self) -> None:
+        self.reused = False
+        """The connection it went out on had carried an earlier exchange."""
+
+
+async def _reused(_: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, Attempt):
+        attempt.reused = True
+
+
+def relay_session(fresh: bool = False) -> aiohttp.ClientSession:
+    """The relay's upstream client: what is sent again is decided by relay/retry.py, as on
+    the HTTP/1 transport, not by aiohttp's own rule (which resends `DELETE /api/delete` and
+    never a POST to /api/chat, on fresh connections too); a trace tells it which
+    connections were reused. `fresh`: a client for one exchange's second send, whose
+    connection is new and closes with it."""
+    trace = None
+    if not fresh:
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_reuseconn.append(_reused)
+    session = make_session([trace] if trace is not None else None)
+    session._retry_connection = False  # private, as aiohttp's own test client sets it
+    return session
+
+
+def unanswered(exc: BaseException) -> bool | None:
+    """How aiohttp's client says a connection ended before any byte of the reply: True for
+    a reset (or a write that failed), False for a close, None when it did not end so.
+    A reset says nothing of bytes that came before it, and none are assumed."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        # Its message is the part of a reply parsed before the close, if any came.
+        return False if isinstance(exc.message, str) else None
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return None  # no connection was made
+    if isinstance(exc, (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)):
+        return True
+    return None
 
 
 class RelayResponse(web.StreamResponse):
@@ -81,6 +128,8 @@ class AiohttpTransport:
         self.timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=settings.connect_timeout, sock_read=settings.read_timeout
         )
+        self.session: aiohttp.ClientSession | None = None
+        """The relay's upstream client (`relay_session`), for the app's life."""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         return await self.tap.drive(AiohttpRelay(self, request))
@@ -107,32 +156,74 @@ class AiohttpRelay:
         self.tapped = Tapped(self.tap, incoming)
         self.upstream: aiohttp.ClientResponse | None = None
         self.response: RelayResponse | None = None
+        self.resend = b""
+        """The body bytes a second send writes first (a streamed upload's so far)."""
 
     async def run(self) -> web.StreamResponse:
-        tapped, request, target = self.tapped, self.request, self.tap.target
+        tapped, target = self.tapped, self.tap.target
         data = await tapped.upload()
-        if data is None or isinstance(data, bytes):
+        upload = None if data is None or isinstance(data, bytes) else Upload(data)
+        if upload is None:
             tapped.fire_request()  # aiohttp's client gives no moment between send and reply
+        session = self.transport.session
+        assert session is not None  # made at the app's start-up
+        fresh: aiohttp.ClientSession | None = None
         try:
-            up = await self.transport.app[SESSION].request(
-                request.method,
-                target.full(request.rel_url.raw_path_qs),
-                headers=upstream_headers(request.headers.items(), target.host),
-                data=data,
-                allow_redirects=False,
-                timeout=self.transport.timeout,
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            if self.client_gone():
-                self.finish(Outcome.CLIENT_DISCONNECTED)
-                return web.Response(status=499)
-            status, message = no_reply(target.url, exc, isinstance(exc, AIOHTTP_BROKEN_OFF))
-            return await self.proxy_error(status, message, Outcome.UPSTREAM_UNREACHABLE)
-        self.upstream = up
-        try:
-            return await self.relay(up)
+            while True:
+                attempt = Attempt()
+                try:
+                    up = await self.send(fresh or session, upload or data, attempt)
+                    break
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    if await self.may_resend(exc, attempt, upload):
+                        fresh = fresh or relay_session(fresh=True)
+                        if upload is not None:
+                            upload = Upload(upload.body, self.resend)
+                        continue
+                    if self.client_gone():
+                        self.finish(Outcome.CLIENT_DISCONNECTED)
+                        return web.Response(status=499)
+                    status, message = no_reply(target.url, exc, isinstance(exc, AIOHTTP_BROKEN_OFF))
+                    return await self.proxy_error(status, message, Outcome.UPSTREAM_UNREACHABLE)
+            self.upstream = up
+            try:
+                return await self.relay(up)
+            finally:
+                up.close()
         finally:
-            up.close()
+            if fresh is not None:
+                await fresh.close()
+
+    async def send(
+        self, session: aiohttp.ClientSession, data: Any, attempt: Attempt
+    ) -> aiohttp.ClientResponse:
+        request, target = self.request, self.tap.target
+        return await session.request(
+            request.method,
+            target.full(request.rel_url.raw_path_qs),
+            headers=upstream_headers(request.headers.items(), target.host),
+            data=data,
+            allow_redirects=False,
+            timeout=self.transport.timeout,
+            trace_request_ctx=attempt,
+        )
+
+    async def may_resend(self, exc: BaseException, attempt: Attempt, upload: Upload | None) -> bool:
+        """Whether to send the request again (relay/retry.py's rule, a client still there,
+        a streamed body's bytes so far at hand: `resend`); marks the exchange retried."""
+        reset = unanswered(exc)
+        ex = self.tapped.ex
+        reason = None if reset is None else retry_reason(ex, attempt.reused, False, reset)
+        if reason is None or self.client_gone():
+            return False
+        if upload is not None:
+            await upload.settled()
+            resend = self.tapped.sent_so_far()
+            if resend is None:
+                return False
+            self.resend = resend
+        ex.retried = reason
+        return True
 
     async def relay(self, up: aiohttp.ClientResponse) -> web.StreamResponse:
         tapped = self.tapped

@@ -14,6 +14,14 @@ from yarl import URL
 class UpstreamGone(ConnectionError):
     """The upstream closed, broke or garbled the connection before its reply was complete."""
 
+    def __init__(self, message: str, unanswered: bool = False, reset: bool = False) -> None:
+        super().__init__(message)
+        self.unanswered = unanswered
+        """The connection ended, by a close or a reset, before any byte of the reply came:
+        on a reused connection, the upstream may not have read the request (retry.py)."""
+        self.reset = reset
+        """It ended by a reset, not a close."""
+
 
 class UpstreamUnreachable(ConnectionError):
     """No connection to the upstream could be opened; the message names host, port and why."""

@@ -41,6 +41,12 @@ LAST_CHUNK: Final = b"0\r\n\r\n"
 MAX_FIELD: Final = 65536
 """Bytes of one header name or value the proxy takes, both ways and on both transports (the
 app configures aiohttp's server and client with it; llhttp has no limit of its own)."""
+IDLE_SECONDS: Final = 15.0
+"""An idle upstream connection older than this is closed, not reused (aiohttp's keep-alive
+timeout): it may be closing at the upstream's end just as a request is written to it."""
+KEEP_ALIVE_MARGIN: Final = 1.0
+"""Seconds taken off the idle life an upstream announces (`Keep-Alive: timeout=N`): in its
+last moments the connection may be closing at the upstream's end as a request is written."""
 
 
 class UpstreamTarget:
@@ -176,6 +182,17 @@ def error_response(status: int, body: bytes, keep_alive: bool, date: str | None 
     if not keep_alive:
         headers.append((hdrs.CONNECTION, "close"))
     return head(f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}", headers) + body
+
+
+def idle_life(keep_alive: str | None) -> float:
+    """How long an upstream connection may wait idle after a reply whose `Keep-Alive` header
+    is `keep_alive`: IDLE_SECONDS, or less when its `timeout=N` says it closes sooner."""
+    for param in (keep_alive or "").split(","):
+        key, _, seconds = param.partition("=")
+        seconds = seconds.strip()
+        if key.strip().lower() == "timeout" and seconds.isascii() and seconds.isdigit():
+            return min(IDLE_SECONDS, int(seconds) - KEEP_ALIVE_MARGIN)
+    return IDLE_SECONDS
 
 
 def chunk_frames(data: bytes) -> tuple[bytes, ...]:

@@ -177,6 +177,15 @@ class Tapped:
             else:
                 self.tee_buf = None
 
+    def sent_so_far(self) -> bytes | None:
+        """Every request-body byte read so far, if the tee still holds them all: what a
+        second send must write again (relay/retry.py); None when they are not at hand."""
+        ex = self.ex
+        if not ex.request_bytes:
+            return b""
+        held = bytes(self.tee_buf) if self.tee_buf is not None else ex.request_body
+        return held if held is not None and len(held) == ex.request_bytes else None
+
     def fire_request(self) -> None:
         """Parse the teed body and fire the request hook (once)."""
         if self.request_fired:

@@ -648,6 +648,7 @@ function renderRecord(r) {
       ["request / reply bytes", `${bytes(r.request_bytes)} / ${bytes(r.response_bytes)}`],
       ["output chunks", count(r.chunks)],
       ["Ollama's error", r.error_message],
+      ["sent again", r.retried],
     ]),
     section("Timings", "timings", timingsTable(r)),
     section("Waterfall", "waterfall", markerLegend(r), waterfall(r), note(

@@ -6,17 +6,21 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from typing import Final, cast
+from typing import cast
 
 from yarl import URL
 
 from proxy.relay.failures import READ_TIMEOUT_MESSAGE, UpstreamGone, UpstreamUnreachable
+from proxy.relay.headers import IDLE_SECONDS, idle_life
 from proxy.relay.http1.flow import FlowControl
 from proxy.relay.http1.reply import Reply
 
-IDLE_SECONDS: Final = 15.0
-"""An idle connection older than this is closed, not reused (aiohttp's keep-alive timeout):
-it may be closing at the upstream's end just as a request is written to it."""
+
+def _keep_alive(headers: list[tuple[str, str]]) -> str | None:
+    for name, value in headers:
+        if len(name) == 10 and name.lower() == "keep-alive":
+            return value
+    return None
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -29,7 +33,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.flow = FlowControl()
         self.reply: Reply | None = None
         self.uses = 0
-        self.idle_since = 0.0
+        self.idle_until = 0.0
+        """Loop time after which this idle connection is closed rather than reused."""
         self.request_sent = False
         self._last_read = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -100,11 +105,15 @@ class UpstreamConnection(asyncio.Protocol):
         """Back to the pool when the exchange left the connection clean, else closed."""
         self._stop_timer()
         if not reply.keep_alive:
-            self.abort()
+            self.abort()  # `Connection: close`, or HTTP/1.0 without keep-alive
         elif self.request_sent and self.usable:
+            life = idle_life(_keep_alive(reply.headers))
+            if life <= 0:
+                self.abort()
+                return
             self.reply = None
             self.resume_reading()
-            self.pool.release(self)
+            self.pool.release(self, life)
 
     def abort(self) -> None:
         if self.transport is not None:
@@ -166,22 +175,23 @@ class UpstreamPool:
 
     async def acquire(self) -> UpstreamConnection:
         """The most recently used live idle connection, else a new one."""
-        return self.idle() or await self._connect(asyncio.get_running_loop())
+        return self.idle() or await self.connect()
 
     def idle(self) -> UpstreamConnection | None:
         """The most recently used live idle connection, if there is one."""
         while self._idle:
             conn = self._idle.pop()
-            if conn.usable and conn.loop.time() - conn.idle_since < IDLE_SECONDS:
+            if conn.usable and conn.loop.time() < conn.idle_until:
                 return conn
             conn.abort()
         return None
 
-    def release(self, conn: UpstreamConnection) -> None:
+    def release(self, conn: UpstreamConnection, life: float = IDLE_SECONDS) -> None:
+        """Keep `conn` for reuse for up to `life` seconds."""
         now = conn.loop.time()
-        conn.idle_since = now
+        conn.idle_until = now + life
         self._idle.append(conn)
-        while self._idle and now - self._idle[0].idle_since >= IDLE_SECONDS:
+        while self._idle and self._idle[0].idle_until <= now:
             self._idle.popleft().abort()
 
     def forget(self, conn: UpstreamConnection) -> None:
@@ -193,8 +203,10 @@ class UpstreamPool:
             conn.abort()
         self._idle.clear()
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop) -> UpstreamConnection:
+    async def connect(self) -> UpstreamConnection:
+        """A new connection (what a request sent again goes on)."""
         # The messages are aiohttp's, so both transports report a dead upstream alike.
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, conn = await loop.create_connection(

@@ -6,31 +6,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Final, Protocol
+from typing import Protocol
 
 import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.exchange import Outcome
 from proxy.relay.failures import UpstreamGone, no_reply
-from proxy.relay.headers import (
-    LAST_CHUNK,
-    UpstreamTarget,
-    chunk_frames,
-    error_response,
-    response_head,
-    upstream_head,
-)
+from proxy.relay.headers import LAST_CHUNK, chunk_frames, error_response, response_head
 from proxy.relay.http1.flow import FlowControl, Waiter
 from proxy.relay.http1.pool import UpstreamConnection, UpstreamPool
 from proxy.relay.http1.reply import Link, Reply, ReplySink
 from proxy.relay.http1.request import FrontRequest
+from proxy.relay.http1.send import request_head
+from proxy.relay.retry import Upload, retry_reason
 from proxy.relay.tap import Tap, Tapped
 
 log = structlog.get_logger("ollama_tap.relay")
-
-_IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
-"""Methods that may be sent again when a reused connection turns out dead (RFC 9112 §9.3.1)."""
 
 
 class Client(Protocol):
@@ -43,38 +35,6 @@ class Client(Protocol):
     def closing(self) -> bool:
         """Whether the connection ends after this exchange (the proxy is shutting down)."""
         ...
-
-
-def send_on_arrival(pool: UpstreamPool, target: UpstreamTarget, request: FrontRequest) -> bool:
-    """Send a request that arrived whole upstream from the callback it arrived in, on an
-    idle pooled connection, before its exchange is made; its relay adopts the reply.
-
-    The exchange's task runs only after every other callback of this loop turn (other
-    streams' tokens, other requests), and making the Exchange and its relay costs as much
-    again: the first token's wait would include both. The bytes are those `Http1Relay.send`
-    would write. Without an idle connection the relay connects itself (False).
-    """
-    conn = pool.idle()
-    if conn is None:
-        return False
-    body = request.body.whole() if request.has_body else None
-    head, _ = request_head(target, request, body, False)
-    request.sent = conn.send(head + (body or b""), request.method == "HEAD", True)
-    return True
-
-
-def request_head(
-    target: UpstreamTarget, request: FrontRequest, body: bytes | None, streamed: bool
-) -> tuple[bytes, bool]:
-    """The head this request goes upstream with, and whether its body goes chunked."""
-    return upstream_head(
-        request.method,
-        target.path(request.rel_url.raw_path_qs),
-        request.headers.items(),
-        target.host,
-        body,
-        streamed,
-    )
 
 
 class Http1Relay(ReplySink):
@@ -99,6 +59,9 @@ class Http1Relay(ReplySink):
         self.conn: Link | None = None
         self.reply: Reply | None = None
         self.uploading: asyncio.Task[None] | None = None
+        self.upload_failed = False
+        self.resend = b""
+        """The body bytes a second send writes first (a streamed upload's so far)."""
         self.head = b""
         self.chunked = False
         self.began = False
@@ -153,28 +116,17 @@ class Http1Relay(ReplySink):
     # -- the request --------------------------------------------------------------------
 
     async def send(self, data: bytes | AsyncIterator[bytes] | None) -> Reply:
-        """Write the request on a pooled connection and wait for the reply's head.
-
-        A reused connection that dies before answering is retried once on a fresh one for
-        idempotent requests whose body is at hand, as aiohttp's client does.
-        """
-        request = self.request
-        streamed = data is not None and not isinstance(data, bytes)
+        """Write the request on a pooled connection and wait for the reply's head; once
+        more, on a fresh connection, when a reused one dies first and relay/retry.py's rule
+        allows it."""
         body = data if isinstance(data, bytes) else None
-        retry = request.method in _IDEMPOTENT and not streamed
+        upload = Upload(data) if data is not None and not isinstance(data, bytes) else None
         reply = self.adopt_sent()
         while True:
             if reply is None:
-                head, chunked = request_head(self.target, request, body, streamed)
-                conn = await self.pool.acquire()
-                self.conn = conn
-                reply = self.reply = conn.send(
-                    head + (body or b""), request.method == "HEAD", not streamed
-                )
-                if streamed:
-                    self.uploading = asyncio.create_task(self.stream_up(conn, data, chunked))  # type: ignore[arg-type]
+                reply = await self.write_request(body, upload)
             reply.on_head = self.head_arrived
-            if not streamed:
+            if upload is None:
                 # The whole request is on its way: parse it and tell the observers while
                 # Ollama works. Scheduled rather than called: requests that arrived together
                 # are all sent before any of them is parsed. Idempotent: the reply's head or
@@ -183,13 +135,51 @@ class Http1Relay(ReplySink):
                 asyncio.get_running_loop().call_soon(self.tapped.fire_request)
             try:
                 await reply.head
-            except UpstreamGone:
-                if not (retry and reply.conn.uses > 1 and not reply.received):
+            except UpstreamGone as exc:
+                if not await self.may_resend(reply, exc, upload):
                     raise
-                reply.detach()
-                retry, reply = False, None
+                if upload is not None:
+                    upload = Upload(upload.body, self.resend)
+                reply = None
                 continue
             return reply
+
+    async def write_request(self, body: bytes | None, upload: Upload | None) -> Reply:
+        """Send the request on a pooled connection (a fresh one when it is sent again); a
+        streamed body follows from its own task."""
+        request, resent = self.request, self.tapped.ex.retried is not None
+        head, chunked = request_head(self.target, request, body, upload is not None)
+        conn = await (self.pool.connect() if resent else self.pool.acquire())
+        self.conn = conn
+        reply = self.reply = conn.send(
+            head + (body or b""), request.method == "HEAD", upload is None
+        )
+        if upload is not None:
+            self.uploading = asyncio.create_task(self.stream_up(conn, upload, chunked))
+        return reply
+
+    async def may_resend(self, reply: Reply, exc: UpstreamGone, upload: Upload | None) -> bool:
+        """Whether to send the request again: the rule (relay/retry.py), a client still
+        there, an upload that failed on the upstream's side only and whose bytes so far
+        are at hand (`resend`). Marks the exchange as retried."""
+        ex = self.tapped.ex
+        reason = retry_reason(ex, reply.conn.uses > 1, reply.received, exc.reset)
+        if reason is None or self.client.is_closing() or self.upload_failed:
+            return False
+        reply.detach()
+        if upload is not None:
+            uploading = self.uploading
+            if uploading is not None:
+                uploading.cancel()
+                await asyncio.wait({uploading})
+            await upload.settled()
+            resend = self.tapped.sent_so_far()
+            if resend is None:
+                return False
+            self.resend = resend
+        ex.retried = reason
+        log.debug("resent", id=ex.id, path=ex.path, reason=str(reason))
+        return True
 
     def adopt_sent(self) -> Reply | None:
         """The reply to this request if it was sent on arrival (`send_on_arrival`)."""
@@ -199,9 +189,7 @@ class Http1Relay(ReplySink):
             self.conn, self.reply = reply.conn, reply
         return reply
 
-    async def stream_up(
-        self, conn: UpstreamConnection, chunks: AsyncIterator[bytes], chunked: bool
-    ) -> None:
+    async def stream_up(self, conn: UpstreamConnection, chunks: Upload, chunked: bool) -> None:
         """Relay a request body as it streams in; a failure on either side closes the
         upstream connection, which ends the reply (or the wait for it)."""
         try:
@@ -213,6 +201,9 @@ class Http1Relay(ReplySink):
                 conn.write(LAST_CHUNK)
         except Exception as exc:
             log.debug("upload_failed", id=self.tapped.ex.id, error=repr(exc))
+            # A failure of the client's side (it left, its body did not parse) is no dead
+            # connection: the request is not sent again.
+            self.upload_failed = not isinstance(exc, UpstreamGone)
             conn.abort()
             return
         conn.finish_request()

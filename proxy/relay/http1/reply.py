@@ -178,7 +178,10 @@ class Reply:
             self._end(None, False)
             return
         where = "in the middle of its reply" if self.head.done() else "before answering"
-        self._end(UpstreamGone(f"Ollama closed the connection {where}"), False)
+        error = UpstreamGone(
+            f"Ollama closed the connection {where}", not self.received, exc is not None
+        )
+        self._end(error, False)
 
     def _end(self, error: BaseException | None, keep_alive: bool) -> None:
         if self.ended:

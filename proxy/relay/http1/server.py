@@ -23,8 +23,9 @@ from proxy.relay.failures import REFUSED_PIPELINED, ClientGone
 from proxy.relay.headers import error_response, text
 from proxy.relay.http1.flow import FlowControl
 from proxy.relay.http1.pool import UpstreamPool
-from proxy.relay.http1.relay import Http1Relay, send_on_arrival
+from proxy.relay.http1.relay import Http1Relay
 from proxy.relay.http1.request import FrontRequest
+from proxy.relay.http1.send import send_on_arrival
 from proxy.relay.http1.serves import Rule
 from proxy.relay.tap import Tap
 
