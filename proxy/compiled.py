@@ -35,6 +35,7 @@ MODULES: Final = [
     "proxy/relay/http1/request.py",
     "proxy/relay/http1/serves.py",
     "proxy/relay/http1/relay.py",
+    "proxy/relay/http1/clients.py",
     "proxy/relay/http1/server.py",
     "proxy/recorder/__init__.py",
     "proxy/recorder/scope.py",
