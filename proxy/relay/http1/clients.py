@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import operator
 import resource
 from typing import Final, Protocol
 
@@ -72,7 +74,7 @@ class Clients:
         aiohttp = self.aiohttp
         excess = len(self.connections) - self.cap
         if aiohttp is not None:
-            excess += len(aiohttp.connections)
+            excess += sum(1 for handler in aiohttp.connections if handler.transport is not None)
         if excess > 0:
             self._shed(excess, aiohttp)
         self.rest(conn)
@@ -94,20 +96,23 @@ class Clients:
         self.connections.discard(conn)
 
     def _shed(self, excess: int, aiohttp: web.Server | None) -> None:
-        for conn in list(self.idle)[:excess]:
-            conn.transport.close()
-            self.leave(conn)
-            excess -= 1
-        if excess > 0 and aiohttp is not None:
-            for handler in aiohttp.connections:
-                # aiohttp's own test of an idle handler (RequestHandler._process_keepalive):
-                # it waits for a request that has not come whole.
-                waiter = handler._waiter
-                if waiter is not None and not waiter.done():
-                    handler.force_close()
-                    excess -= 1
-                    if excess <= 0:
-                        return
+        """Close the `excess` connections idle the longest, the front's and aiohttp's in
+        one order: by when their keep-alive timer would close them."""
+        idle: list[tuple[float, Member | web.RequestHandler]] = [
+            (timer.when(), conn) for conn, timer in self.idle.items()
+        ]
+        for handler in aiohttp.connections if aiohttp is not None else ():
+            # aiohttp's own test of an idle handler (RequestHandler._process_keepalive): it
+            # waits for a request that has not come whole; its timer is due at this time.
+            waiter = handler._waiter
+            if waiter is not None and not waiter.done() and handler.transport is not None:
+                idle.append((handler._next_keepalive_close_time, handler))
+        for _, conn in heapq.nsmallest(excess, idle, key=operator.itemgetter(0)):
+            if isinstance(conn, web.RequestHandler):
+                conn.force_close()  # its transport is None from now: no longer counted
+            else:
+                conn.transport.close()
+                self.leave(conn)
 
     def close_idle(self) -> None:
         """Shutdown begins: connections without a running exchange close now (a request
