@@ -102,7 +102,8 @@ class Handed(asyncio.Protocol):
 class Handing:
     """aiohttp's server as the front sees it: the protocol factory, and no connections."""
 
-    connections: tuple[()] = ()
+    def __init__(self) -> None:
+        self.connections: list[object] = []
 
     def __call__(self) -> Handed:
         return Handed()
