@@ -21,7 +21,7 @@ from multidict import CIMultiDict
 from proxy.ollama import error_body
 from proxy.relay.failures import REFUSED_PIPELINED, ClientGone, unparseable_after
 from proxy.relay.headers import MAX_FIELD, error_response, text
-from proxy.relay.http1.clients import KEEPALIVE_SECONDS, Clients
+from proxy.relay.http1.clients import Clients
 from proxy.relay.http1.flow import FlowControl
 from proxy.relay.http1.pool import UpstreamPool
 from proxy.relay.http1.relay import Http1Relay, send_on_arrival
@@ -30,8 +30,6 @@ from proxy.relay.http1.serves import Rule
 from proxy.relay.tap import Tap
 
 log = structlog.get_logger("ollama_tap.front")
-
-__all__ = ["KEEPALIVE_SECONDS", "MAX_FRAMING", "MAX_HEAD", "Front", "FrontConnection"]
 
 LINGER_SECONDS: Final = 10.0
 """How long the rest of an upload Ollama answered early is read and dropped before the
