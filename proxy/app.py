@@ -17,8 +17,7 @@ from proxy.metrics.observer import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
 from proxy.recorder import Recorder
 from proxy.recorder.api import add_routes as add_recorder_routes
-from proxy.relay import SESSION, install, make_session
-from proxy.relay.headers import MAX_FIELD
+from proxy.relay import SESSION, install, make_session, server_args
 from proxy.tokens.store import ModelStore
 from proxy.tokens.vocab import Vocab, VocabCache, VocabSource
 from proxy.upstream import UpstreamPoller
@@ -88,7 +87,7 @@ def make_app(
     token = auth.admin_token(settings)
     middlewares = [host_check] if settings.loopback_bind else []
     middlewares.append(auth.auth_middleware(token))
-    app = web.Application(middlewares=middlewares, handler_args={"max_field_size": MAX_FIELD})
+    app = web.Application(middlewares=middlewares, handler_args=server_args())
     app[SETTINGS] = settings
     app[REGISTRY] = registry
     if token is not None:

@@ -38,6 +38,7 @@ MODULES: Final = [
     "proxy/relay/http1/serves.py",
     "proxy/relay/http1/relay.py",
     "proxy/relay/http1/send.py",
+    "proxy/relay/http1/clients.py",
     "proxy/relay/http1/server.py",
     "proxy/recorder/__init__.py",
     "proxy/recorder/scope.py",

@@ -3,33 +3,56 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
+
+MAX_LINE: Final = 8 * 1024 * 1024
+"""Bytes of one line (or SSE event) held while it arrives. A longer one is given up on: its
+bytes are relayed as ever, but it is dropped unread up to its end and counted in `skipped`
+(no Ollama line comes near it: a final object's `context` is some 7 bytes a token)."""
 
 
 class _RawLines:
     """Splits at "\\n" and keeps a trailing "\\r", so callers can still count raw bytes.
 
     Only the new piece is ever searched: the carried tail holds no "\\n" by construction,
-    so a line of several MB arriving in small pieces is scanned once, byte by byte.
+    so a line of several MB arriving in small pieces is scanned once, byte by byte. A line
+    past `limit` is dropped up to its "\\n" (`skipping`) and counted in `skipped`.
     """
 
-    __slots__ = ("_tail",)
+    __slots__ = ("_limit", "_tail", "skipped", "skipping")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = MAX_LINE) -> None:
         self._tail = bytearray()
+        self._limit = limit
+        self.skipping = False
+        self.skipped = 0
 
     def feed(self, data: bytes) -> list[bytes]:
         # One pass in C; a piece without "\n" comes back as `data` itself, not a copy.
         lines = data.split(b"\n")
         rest = lines.pop()
-        if self._tail:
+        if self.skipping:
             if not lines:
-                self._tail += rest
+                return lines
+            del lines[0]  # the end of the line given up on
+            self.skipping = False
+        elif self._tail:
+            if not lines:
+                self._carry(rest)
                 return lines
             self._tail += lines[0]
             lines[0] = self._take()
         if rest:
-            self._tail += rest
+            self._carry(rest)
         return lines
+
+    def _carry(self, rest: bytes) -> None:
+        if len(self._tail) + len(rest) > self._limit:
+            self._tail.clear()
+            self.skipping = True
+            self.skipped += 1
+        else:
+            self._tail += rest
 
     def flush(self) -> bytes | None:
         return self._take() if self._tail else None
@@ -58,7 +81,7 @@ class LineSplitter(_RawLines):
 
     def feed(self, data: bytes) -> list[bytes]:
         """The lines completed by `data`; a partial last line is carried to the next call."""
-        if not self._tail and data.endswith(b"\n") and _CR not in data:
+        if not self._tail and data.endswith(b"\n") and _CR not in data and not self.skipping:
             # Nearly every read of a stream: whole lines, nothing carried in or out.
             lines = data.split(b"\n")
             lines.pop()
@@ -96,14 +119,22 @@ class SseSplitter:
     Ollama talks to sends one). A blank line dispatches the event if the block had at least
     one `data` line; comment lines (":") and `id`/`retry` fields are ignored but count in
     `nbytes`. One space after the field's colon is dropped. At EOF a pending event with data
-    is dispatched although the blank line never came (lenient: clients do the same).
+    is dispatched although the blank line never came (lenient: clients do the same). An
+    event past `limit` bytes is given up on up to its blank line, as a line is (MAX_LINE).
     """
 
-    __slots__ = ("_data", "_event", "_lines", "_nbytes")
+    __slots__ = ("_data", "_dropped", "_event", "_limit", "_lines", "_nbytes", "_over")
 
-    def __init__(self) -> None:
-        self._lines = _RawLines()
+    def __init__(self, limit: int = MAX_LINE) -> None:
+        self._lines = _RawLines(limit)
+        self._limit = limit
+        self._dropped = 0
         self._reset()
+
+    @property
+    def skipped(self) -> int:
+        """Lines and events given up on."""
+        return self._lines.skipped + self._dropped
 
     def feed(self, data: bytes) -> list[SseEvent]:
         """The events completed by `data`."""
@@ -125,13 +156,19 @@ class SseSplitter:
         self._event: str | None = None
         self._data: list[bytes] | None = None
         self._nbytes = 0
+        self._over = False
 
     def _line(self, raw: bytes, nbytes: int) -> SseEvent | None:
         self._nbytes += nbytes
         line = _chomp(raw)
         if not line:
             return self._dispatch()
-        self._field(line)
+        if self._nbytes <= self._limit:
+            self._field(line)
+        elif not self._over:
+            self._over = True  # given up on: its blank line dispatches nothing
+            self._data = None
+            self._dropped += 1
         return None
 
     def _field(self, line: bytes) -> None:

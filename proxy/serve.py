@@ -14,7 +14,7 @@ from aiohttp import web
 from proxy import compiled, logs
 from proxy.app import ADMIN_TOKEN, make_app
 from proxy.config import ConfigError, Settings, all_loopback, bind_addresses
-from proxy.relay import make_site
+from proxy.relay import make_site, raise_fd_limit
 
 
 def _loop() -> asyncio.AbstractEventLoop:
@@ -66,6 +66,7 @@ def serve(settings: Settings) -> int:
     queue to disk.
     """
     logs.configure(settings.log_level)
+    raise_fd_limit()  # before make_app: the front's connection cap follows from the limit
     app = make_app(settings)
     token = app.get(ADMIN_TOKEN)
     print(banner(settings, token), file=sys.stderr, flush=True)

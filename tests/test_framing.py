@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -192,3 +193,57 @@ def test_sse_unterminated_last_line_at_eof() -> None:
     [event] = split_events([b"data: [DONE]"])
     assert event.data == b"[DONE]"
     assert event.nbytes == len(b"data: [DONE]")
+
+
+# -- a line past the limit: given up on, never held whole ------------------------------------
+
+LIMIT = 100
+
+
+@given(st.lists(st.integers(min_value=0, max_value=3 * LIMIT), max_size=12), cuts)
+def test_a_line_past_the_limit_is_skipped_whole_and_nothing_else_is(
+    lengths: list[int], at: list[int]
+) -> None:
+    """Every line up to the limit comes out whatever the pieces; a longer one either comes
+    out (it arrived whole in one piece, so it was never held) or is counted as skipped,
+    and the bytes held between pieces never pass the limit."""
+    lines = [b"%d:" % i + b"x" * n for i, n in enumerate(lengths)]
+    splitter = LineSplitter(LIMIT)
+    out: list[bytes] = []
+    for piece in pieces_of(b"".join(line + b"\n" for line in lines), at):
+        out += splitter.feed(piece)
+        assert len(splitter._tail) <= LIMIT
+    assert splitter.flush() is None
+    assert [line for line in lines if len(line) <= LIMIT] == [o for o in out if len(o) <= LIMIT]
+    assert set(out) <= set(lines)
+    assert len(out) + splitter.skipped == len(lines)
+
+
+def test_the_line_after_a_skipped_one_is_read_from_its_start() -> None:
+    splitter = LineSplitter(LIMIT)
+    assert splitter.feed(b'{"a":1}\n' + b"x" * 60) == [b'{"a":1}']
+    assert splitter.feed(b"x" * 60) == [] and splitter.skipped == 1
+    assert splitter.feed(b"x" * 10_000) == []
+    assert splitter.feed(b'x"}\n{"b":2}\n') == [b'{"b":2}']  # not the skipped line's end
+    assert splitter.feed(b'{"c":3}') == [] and splitter.flush() == b'{"c":3}'
+    assert splitter.skipped == 1
+
+
+def test_an_unterminated_line_past_the_limit_is_not_flushed() -> None:
+    splitter = LineSplitter(LIMIT)
+    splitter.feed(b"y" * (LIMIT + 1))
+    assert splitter.flush() is None and splitter.skipped == 1
+
+
+@pytest.mark.parametrize(
+    "big",
+    [b"data: " + b"z" * 3 * LIMIT + b"\n", b"data: zzzzzzzzzz\n" * 30],
+    ids=["one-long-line", "many-data-lines"],
+)
+def test_an_sse_event_past_the_limit_is_skipped_and_the_next_one_read(big: bytes) -> None:
+    stream = b"data: 1\n\n" + big + b"\n" + b"event: e\ndata: 2\n\n"
+    for cut in range(0, len(stream), 7):
+        splitter = SseSplitter(LIMIT)
+        events = splitter.feed(stream[:cut]) + splitter.feed(stream[cut:]) + splitter.flush()
+        assert [(e.event, e.data) for e in events] == [(None, b"1"), ("e", b"2")]
+        assert splitter.skipped == 1

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import structlog
 from orjson import JSONDecodeError
 from orjson import loads as _loads
 
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind
-from proxy.framing import LineSplitter, SseEvent, SseSplitter
+from proxy.framing import MAX_LINE, LineSplitter, SseEvent, SseSplitter
 from proxy.ollama.payloads import (
     Pieces,
     anthropic_delta_pieces,
@@ -40,6 +41,8 @@ _REPLY_ENDPOINTS: Final = INFERENCE_ENDPOINTS | EMBEDDING_ENDPOINTS
 _MAX_ERROR_CHARS: Final = 4096
 """Error texts are cut here: they are logged and recorded with every exchange."""
 _CONTENT: Final = OutputKind.CONTENT
+
+log = structlog.get_logger("ollama_tap.readers")
 
 
 def outcome_of(ex: Exchange, reader: Reader | None) -> Outcome:
@@ -92,6 +95,17 @@ class Reader:
     def close(self, at: float) -> list[OutputChunk]:
         raise NotImplementedError
 
+    def _gave_up(self, skipped: int) -> None:
+        """At the end: lines (or events) past MAX_LINE were relayed but not read; the
+        exchange's record and log line say so, unless Ollama's own error is there."""
+        if skipped:
+            ex = self.ex
+            ex.error_message = ex.error_message or (
+                f"ollama-tap: {skipped} reply line(s) longer than {MAX_LINE} bytes were "
+                "relayed unchanged but not read"
+            )
+            log.warning("reply_lines_skipped", id=ex.id, path=ex.path, lines=skipped)
+
     def _fail(self, message: str) -> None:
         self.errored = True
         self.ex.error_message = message[:_MAX_ERROR_CHARS]
@@ -119,7 +133,9 @@ class _NdjsonReader(Reader):
 
     def close(self, at: float) -> list[OutputChunk]:
         tail = self._lines.flush()
-        return self._read([tail] if tail else [], at)
+        out = self._read([tail] if tail else [], at)
+        self._gave_up(self._lines.skipped)
+        return out
 
     def _read(self, lines: list[bytes], at: float) -> list[OutputChunk]:
         out: list[OutputChunk] = []
@@ -207,7 +223,9 @@ class _SseReader(Reader):
         return self._read(self._events.feed(data), at)
 
     def close(self, at: float) -> list[OutputChunk]:
-        return self._read(self._events.flush(), at)
+        out = self._read(self._events.flush(), at)
+        self._gave_up(self._events.skipped)
+        return out
 
     def _read(self, events: list[SseEvent], at: float) -> list[OutputChunk]:
         out: list[OutputChunk] = []

@@ -10,24 +10,44 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
 from proxy.config import Settings
 from proxy.hooks import Hooks
 from proxy.relay.aiohttp_relay import SESSION, AiohttpTransport, make_session, relay_session
+from proxy.relay.headers import MAX_FIELD
+from proxy.relay.http1 import clients
+from proxy.relay.http1.clients import raise_fd_limit
 from proxy.relay.http1.pool import UpstreamPool
 from proxy.relay.http1.server import Front
 from proxy.relay.http1.serves import OwnedPaths, Rule
 from proxy.relay.http1.site import FrontSite
 from proxy.relay.tap import Tap
 
-__all__ = ["FRONT", "SESSION", "TAP", "install", "make_session", "make_site"]
+__all__ = [
+    "FRONT",
+    "SESSION",
+    "TAP",
+    "install",
+    "make_session",
+    "make_site",
+    "raise_fd_limit",
+    "server_args",
+]
 
 TAP: Final = web.AppKey("tap", Tap)
 FRONT: Final = web.AppKey("front", Front)
 """The HTTP/1 transport's server (relay = "fast"); absent with the aiohttp transport."""
+
+
+def server_args() -> dict[str, Any]:
+    """aiohttp's server as the front is, for the connections handed to it (and all of them
+    under relay = "aiohttp"): the same field limit, and the same cut of a connection idle,
+    or whose next head is still arriving, for KEEPALIVE_SECONDS (aiohttp's own default
+    keeps one for an hour)."""
+    return {"max_field_size": MAX_FIELD, "keepalive_timeout": clients.KEEPALIVE_SECONDS}
 
 
 def install(app: web.Application, settings: Settings, hooks: Hooks) -> Tap:
@@ -65,8 +85,8 @@ async def _shut_down(app: web.Application) -> None:
     if FRONT in app:
         # The front's exchanges are not aiohttp's handlers, which the runner waits for:
         # they are waited for here, before the recorder is stopped in cleanup.
-        app[FRONT].close_idle()
-        await app[FRONT].wait_exchanges(grace + 5)
+        app[FRONT].clients.close_idle()
+        await app[FRONT].clients.wait_exchanges(grace + 5)
 
 
 def make_site(

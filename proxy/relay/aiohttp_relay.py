@@ -6,6 +6,7 @@ rule hands to aiohttp's server (HTTP/1.0, `Expect`, odd framing, a connection af
 
 from __future__ import annotations
 
+import asyncio
 import time
 from types import SimpleNamespace
 from typing import Any, Final
@@ -14,8 +15,9 @@ import aiohttp
 from aiohttp import hdrs, web
 
 from proxy.exchange import Outcome
-from proxy.relay.failures import AIOHTTP_BROKEN_OFF, no_reply
+from proxy.relay.failures import AIOHTTP_BROKEN_OFF, ClientGone, no_reply
 from proxy.relay.headers import MAX_FIELD, downstream_headers, upstream_headers
+from proxy.relay.http1 import clients
 from proxy.relay.incoming import Incoming
 from proxy.relay.retry import Upload, retry_reason
 from proxy.relay.tap import Tap, Tapped
@@ -150,7 +152,7 @@ class AiohttpRelay:
             # aiohttp's server does not say when the head arrived; its handler starts a
             # little later (the HTTP/1 transport stamps the head itself).
             time.monotonic(),
-            request.content,
+            GuardedBody(request, clients.KEEPALIVE_SECONDS),
             request.body_exists,
         )
         self.tapped = Tapped(self.tap, incoming)
@@ -280,3 +282,41 @@ class AiohttpRelay:
             # client is gone and stops generating.
             self.upstream.close()
         self.tapped.finish(outcome, at)
+
+
+class GuardedBody:
+    """aiohttp's request body with a read timeout: no byte of it for `seconds` (a client
+    that stalls, or a body aiohttp's parser gave up on without telling its reader) cuts
+    the client's connection, and the exchange ends as the client's doing. The HTTP/1
+    server's own connections keep no such timeout for the bodies it reads itself.
+    An iterator rather than an async generator (see docs/architecture.md, mypyc)."""
+
+    def __init__(self, request: web.Request, seconds: float) -> None:
+        self.request = request
+        self.content = request.content
+        self.seconds = seconds
+
+    def is_eof(self) -> bool:
+        return self.content.is_eof()
+
+    async def read(self) -> bytes:
+        return await self.content.read()
+
+    def iter_any(self) -> GuardedBody:
+        return self
+
+    def __aiter__(self) -> GuardedBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            async with asyncio.timeout(self.seconds):
+                data = await self.content.readany()
+        except TimeoutError:
+            transport = self.request.transport
+            if transport is not None:
+                transport.abort()
+            raise ClientGone(f"no byte of the request body for {self.seconds:g} s") from None
+        if not data:
+            raise StopAsyncIteration
+        return data

@@ -51,6 +51,15 @@ REFUSED_PIPELINED: Final = (
 the read that ended the request before it."""
 
 
+def unparseable_after(error: str) -> str:
+    """The 400 for bytes that do not parse behind a request in the same read (the request
+    before them is answered first; then the connection closes)."""
+    return (
+        "ollama-tap: what followed the previous request on this connection is not an "
+        f"HTTP/1.1 request ({error}); the client must send well-formed requests only"
+    )
+
+
 def broken_reason(exc: BaseException) -> str:
     """What the upstream did wrong, on one line (aiohttp's parser errors quote the bytes
     they choked on over several lines, inside the response error's own repr)."""

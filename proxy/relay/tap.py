@@ -21,7 +21,7 @@ from proxy.config import Settings
 from proxy.credentials import redacted_path
 from proxy.exchange import Exchange, Outcome, OutputChunk
 from proxy.hooks import Hooks
-from proxy.relay.failures import INTERNAL_ERROR
+from proxy.relay.failures import INTERNAL_ERROR, ClientGone
 from proxy.relay.headers import UpstreamTarget
 from proxy.relay.incoming import BodySource, Incoming
 
@@ -89,6 +89,14 @@ class Tap:
                     Outcome.SHUTDOWN if self.shutting_down else Outcome.CLIENT_DISCONNECTED
                 )
             )
+            raise
+        except ClientGone as exc:
+            # The request broke off on the client's side (it left, or its body's framing
+            # did not parse; the transport logged which): the client's doing, not a bug.
+            ex = relay.tapped.ex
+            log.info("client_request_broken", id=ex.id, path=ex.path, error=str(exc))
+            relay.abort_client()
+            relay.finish(Outcome.CLIENT_DISCONNECTED)
             raise
         except Exception:
             ex = relay.tapped.ex

@@ -348,3 +348,39 @@ def test_random_bytes_never_raise(
     endpoint: str, content_type: str, data: bytes, status: int
 ) -> None:
     read(make_exchange(endpoint, content_type, status), [data, data])
+
+
+# --- A line past MAX_LINE: relayed, never held whole, given up on and said so.
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "content_type", "line", "final"),
+    [
+        (
+            "/api/generate",
+            NDJSON,
+            b'{"response":"%s","done":false}\n',
+            b'{"response":"","done":true,"eval_count":2}\n',
+        ),
+        (
+            "/v1/chat/completions",
+            SSE,
+            b'data: {"choices":[{"delta":{"content":"%s"}}]}\n\n',
+            b"data: [DONE]\n\n",
+        ),
+    ],
+    ids=["ndjson", "sse"],
+)
+def test_a_line_past_the_cap_is_skipped_and_the_stream_read_on(
+    endpoint: str, content_type: str, line: bytes, final: bytes
+) -> None:
+    from proxy.framing import MAX_LINE
+
+    ex = make_exchange(endpoint, content_type)
+    piece = 64 * 1024
+    huge = line % (b"x" * (MAX_LINE + piece))
+    stream = [line % b"a", *(huge[i : i + piece] for i in range(0, len(huge), piece))]
+    reader, out = read(ex, [*stream, line % b"b", final])
+    assert pieces(out) == [(C, "a"), (C, "b")]  # the huge piece of output is not counted
+    assert reader.complete and not reader.errored
+    assert ex.error_message is not None and "not read" in ex.error_message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -13,7 +14,9 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
+from tests.support.spy import Spy
 
 CONTENT_TYPES = ["application/x-ndjson", "text/event-stream", "application/octet-stream"]
 
@@ -88,6 +91,36 @@ async def test_lines_of_several_megabytes(scripted: tuple[ScriptedUpstream, Prox
     up.pieces = [big[i : i + 70_000] for i in range(0, len(big), 70_000)] + [final]
     async with aiohttp.ClientSession() as s, s.post(proxy.url + "/api/generate", data=b"{}") as r:
         assert await r.read() == big + final
+
+
+@pytest.mark.parametrize("relay", ["fast", "aiohttp"])
+async def test_a_line_past_the_cap_is_relayed_whole_but_never_held_whole(
+    aiohttp_server: Callable[..., Awaitable[TestServer]], proxy_factory: MakeProxy, relay: str
+) -> None:
+    """A 24 MiB reply line reaches the client byte for byte; the reader gives it up at its
+    cap (MAX_LINE, 8 MiB) instead of holding it, and copying it, whole."""
+    up = ScriptedUpstream()
+    server = await aiohttp_server(up.app())
+    ends = Spy()
+    url = str(server.make_url("")).rstrip("/")
+    proxy = await proxy_factory(upstream=url, relay=relay, observers=(ends,))
+    big = b'{"model":"m","response":"' + b"x" * (24 << 20) + b'","done":false}\n'
+    final = b'{"model":"m","done":true,"eval_count":1}\n'
+    up.pieces = [big[i : i + 65536] for i in range(0, len(big), 65536)] + [final]
+    digest = hashlib.sha256()
+    tracemalloc.start()
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(proxy.url + "/api/generate", data=b"{}") as r:
+                async for data in r.content.iter_any():
+                    digest.update(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert digest.digest() == hashlib.sha256(big + final).digest()
+    assert peak < 20 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB"
+    (ex,) = await ends.wait_ended()
+    assert ex.outcome is Outcome.OK and "not read" in (ex.error_message or "")
 
 
 async def test_request_body_streams_upstream_before_the_upload_ends(

@@ -23,40 +23,9 @@ from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.serve_process import ADMIN_TOKEN
 from tests.support.spy import Spy
+from tests.support.wire import get, post, read_response
 
 GENERATE = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
-
-
-def post(path: str, body: bytes, *extra: str) -> bytes:
-    head = [f"POST {path} HTTP/1.1", "Host: localhost:11435", f"Content-Length: {len(body)}"]
-    return ("\r\n".join([*head, *extra]) + "\r\n\r\n").encode() + body
-
-
-def get(path: str, *extra: str, version: str = "1.1") -> bytes:
-    head = [f"GET {path} HTTP/{version}", "Host: localhost:11435", *extra]
-    return ("\r\n".join(head) + "\r\n\r\n").encode()
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[str, dict[str, str], bytes]:
-    """One HTTP/1.1 response off the socket: status line, headers, de-chunked body."""
-    head = (await reader.readuntil(b"\r\n\r\n")).decode()
-    while head.startswith("HTTP/1.1 1"):  # 100 Continue: the answer follows
-        head = (await reader.readuntil(b"\r\n\r\n")).decode()
-    status, *lines = head.strip("\r\n").split("\r\n")
-    headers = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines)}
-    if "content-length" in headers:
-        body = await reader.readexactly(int(headers["content-length"]))
-    elif headers.get("transfer-encoding") == "chunked":
-        body = b""
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-            body += await reader.readexactly(size + 2)
-            body = body[:-2]
-            if size == 0:
-                break
-    else:
-        body = await reader.read()
-    return status, headers, body
 
 
 async def connect(proxy: Proxy) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -322,7 +291,7 @@ async def test_idle_and_half_received_connections_close_at_shutdown(
     half_reader, half = await connect(proxy)
     half.write(b"GET /api/tags HTTP/1.1\r\nHo")
     await asyncio.sleep(0.1)
-    proxy.app[FRONT].close_idle()
+    proxy.app[FRONT].clients.close_idle()
     assert await asyncio.wait_for(idle_reader.read(), 2) == b""
     assert await asyncio.wait_for(half_reader.read(), 2) == b""
 

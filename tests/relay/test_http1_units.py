@@ -4,8 +4,9 @@ would only give by chance are set up by feeding events in that order."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
+from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 from yarl import URL
@@ -18,7 +19,7 @@ from proxy.relay.http1.pool import UpstreamConnection, UpstreamPool
 from proxy.relay.http1.relay import Http1Relay
 from proxy.relay.http1.reply import Reply
 from proxy.relay.http1.request import FrontRequest
-from proxy.relay.http1.server import Front, FrontConnection
+from proxy.relay.http1.server import MAX_HEAD, Front, FrontConnection
 from proxy.relay.http1.serves import OwnedPaths, Rule
 from proxy.relay.tap import Tap
 from tests.support.spy import Spy
@@ -98,8 +99,17 @@ class Handed(asyncio.Protocol):
         self.data += data
 
 
+class Handing:
+    """aiohttp's server as the front sees it: the protocol factory, and no connections."""
+
+    def __init__(self) -> None:
+        self.connections: list[object] = []
+
+    def __call__(self) -> Handed:
+        return Handed()
+
+
 def front(routes: tuple[str, ...] = ("/_tap/healthz", "/_tap/{tail:.*}", "/metrics")) -> Front:
-    from aiohttp import web
 
     async def ok(request: web.Request) -> web.Response:
         return web.Response()
@@ -112,7 +122,7 @@ def front(routes: tuple[str, ...] = ("/_tap/healthz", "/_tap/{tail:.*}", "/metri
     made = Front(
         tap, UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None), Rule(OwnedPaths(app.router), True)
     )
-    made.attach(Handed)
+    made.attach(cast(web.Server, Handing()))
     return made
 
 
@@ -235,5 +245,23 @@ async def test_a_request_that_arrived_whole_is_sent_before_its_exchange_runs() -
         b"POST /api/generate?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9\r\nContent-Length: 27\r\n\r\n" + body
     )
     assert conn.task is not None and not conn.task.done() and conn.relay is None
+    conn.task.cancel()
+    conn.connection_lost(None)
+
+
+async def test_a_read_that_spans_heads_counts_only_the_open_one() -> None:
+    """A read that begins inside one head and ends inside another (a paused pipelining
+    client's backlog, read at once on resume) is not all head: only the head still open
+    at its end counts, and only what its callbacks saw."""
+    made = front()
+    conn, transport = connected(made)
+    conn.data_received(b"GET /api/ver")  # the first head, left open
+    rest = b"sion HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    pipelined = get("/api/version") * (2 * MAX_HEAD // len(get("/api/version")))
+    conn.data_received(rest + pipelined + b"GET /api/tags HTTP/1.1\r\nHost: loc")  # one read
+    assert not transport.aborted
+    assert conn.head_size < MAX_HEAD
+    assert len(conn.queue) == pipelined.count(b"GET ")
+    assert conn.task is not None
     conn.task.cancel()
     conn.connection_lost(None)

@@ -19,19 +19,36 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _limited(nofile: tuple[int, int]) -> list[str]:
+    """A command prefix that runs what follows with RLIMIT_NOFILE = `nofile` (soft, hard)."""
+    code = (
+        "import os, resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, {nofile!r}); "
+        "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+    )
+    return [sys.executable, "-c", code]
+
+
 async def serve(
-    upstream: str, db: Path, *flags: str, capture: bool = False, tls: bool = False
+    upstream: str,
+    db: Path,
+    *flags: str,
+    capture: bool = False,
+    tls: bool = False,
+    nofile: tuple[int, int] | None = None,
 ) -> tuple[asyncio.subprocess.Process, str]:
     """Start `ollama-tap serve` in front of `upstream`; return once it answers healthz.
 
     With `capture`, stderr (the JSON log) is piped for the test to read after exit; with
-    `tls`, the flags carry a certificate and the URL is https (not verified: self-signed).
+    `tls`, the flags carry a certificate and the URL is https (not verified: self-signed);
+    with `nofile`, it starts with that limit on open files (soft, hard).
     """
     port = free_port()
+    python = _limited(nofile) if nofile is not None else [sys.executable]
     env = {**os.environ, "OLLAMA_TAP_ADMIN_TOKEN": ADMIN_TOKEN, "OLLAMA_TAP_DB": str(db)}
     stderr = asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream,
+        *python, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream,
         *flags, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
     )  # fmt: skip
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"

@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable
 from typing import Final, Literal, cast
 
 import httptools
 import structlog
+from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.ollama import error_body
-from proxy.relay.failures import REFUSED_PIPELINED, ClientGone
-from proxy.relay.headers import error_response, text
+from proxy.relay.failures import REFUSED_PIPELINED, ClientGone, unparseable_after
+from proxy.relay.headers import MAX_FIELD, error_response, text
+from proxy.relay.http1.clients import Clients
 from proxy.relay.http1.flow import FlowControl
 from proxy.relay.http1.pool import UpstreamPool
 from proxy.relay.http1.relay import Http1Relay
@@ -31,14 +32,16 @@ from proxy.relay.tap import Tap
 
 log = structlog.get_logger("ollama_tap.front")
 
-KEEPALIVE_SECONDS: Final = 75.0
-"""An idle keep-alive connection is closed after this long (aiohttp's default)."""
 LINGER_SECONDS: Final = 10.0
 """How long the rest of an upload Ollama answered early is read and dropped before the
 connection is cut (aiohttp's lingering time)."""
 MAX_HEAD: Final = 128 * 1024
 """Bytes of a request head past which parsing stops (llhttp has no limit of its own): the
 request goes to aiohttp, which refuses it, or the connection is cut."""
+MAX_FRAMING: Final = MAX_FIELD
+"""Bytes of a chunked body's framing (chunk-size lines, extensions, trailer fields) in a row,
+without a body byte between them, past which the connection is cut: llhttp bounds none of
+them and httptools grows a trailer field by concatenation (aiohttp stops at 64 KiB too)."""
 MAX_QUEUED: Final = 16
 """Pipelined requests parsed ahead of the one being answered before reading pauses."""
 
@@ -48,12 +51,13 @@ class _HandOff(Exception):
 
 
 class _TooLarge(Exception):
-    """The request head passed MAX_HEAD."""
+    """The request head passed MAX_HEAD, or a body's framing MAX_FRAMING."""
 
 
 Pending = Literal["hand-off", "refuse"]
-"""What waits for the running exchange to end: the connection goes to aiohttp, or a request
-that cannot be handed over (it began in the read that ended its predecessor) is refused."""
+"""What waits for the running exchange to end: the connection goes to aiohttp, or what
+cannot be handed over (a request, or bytes that do not parse, begun in the read that ended
+the request before) is refused."""
 
 
 class Front:
@@ -61,42 +65,25 @@ class Front:
 
     def __init__(self, tap: Tap, pool: UpstreamPool, rule: Rule) -> None:
         self.tap, self.pool, self.rule = tap, pool, rule
-        self.connections: set[FrontConnection] = set()
-        self.closing = False
+        self.clients = Clients()
+        self.connections = self.clients.connections
         self.debug = tap.settings.log_level == "debug"
-        self._aiohttp: Callable[[], asyncio.Protocol] | None = None
 
-    def attach(self, server: Callable[[], asyncio.Protocol]) -> None:
-        """aiohttp's protocol factory (the runner's `server`), for the connections handed off."""
-        self._aiohttp = server
+    @property
+    def closing(self) -> bool:
+        return self.clients.closing
+
+    def attach(self, server: web.Server) -> None:
+        """aiohttp's server (the runner's), for the connections handed off."""
+        self.clients.aiohttp = server
 
     def __call__(self) -> FrontConnection:
         return FrontConnection(self)
 
     def aiohttp_protocol(self) -> asyncio.Protocol:
-        assert self._aiohttp is not None, "Front.attach was not called"
-        return self._aiohttp()
-
-    def close_idle(self) -> None:
-        """Shutdown begins: connections without a running exchange close now (a request
-        half-received included, as aiohttp does), busy ones after their exchange."""
-        self.closing = True
-        for conn in list(self.connections):
-            conn.close_if_idle()
-
-    async def wait_exchanges(self, within: float) -> None:
-        """Until no exchange runs (one may start on a busy connection meanwhile), or
-        `within` seconds passed (the driver has cancelled them all by then); then every
-        connection left is closed."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while tasks := [c.task for c in self.connections if c.task is not None]:
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            await asyncio.wait(tasks, timeout=left)
-        for conn in list(self.connections):
-            conn.transport.abort()
+        server = self.clients.aiohttp
+        assert server is not None, "Front.attach was not called"
+        return server()
 
 
 class FrontConnection(asyncio.Protocol):
@@ -120,10 +107,16 @@ class FrontConnection(asyncio.Protocol):
         self.in_message = False
         self.in_head = False
         self.ended_in_read = False
+        self.began = False
+        """Whether a request began in the current read."""
+        self.fed = False
+        """Whether the current read brought body bytes (or ended a head)."""
         self.head_size = 0
         """Bytes of the current head read so far (bounded by MAX_HEAD)."""
-        self.head_was_open = False
-        """Whether the current read began with a head already open."""
+        self.framing = 0
+        """Bytes of chunked framing since the last body byte (bounded by MAX_FRAMING)."""
+        self.refusal = REFUSED_PIPELINED
+        """What the 400 of a refused request says."""
         self._linger: asyncio.TimerHandle | None = None
         self.url: list[bytes] = []
         self.header_list: list[tuple[str, str]] = []
@@ -137,7 +130,6 @@ class FrontConnection(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.relay: Http1Relay | None = None
         self.pending: Pending | None = None
-        self._idle: asyncio.TimerHandle | None = None
 
     @property
     def closing(self) -> bool:
@@ -150,8 +142,7 @@ class FrontConnection(asyncio.Protocol):
         self.flow.transport = self.transport
         peer = transport.get_extra_info("peername")
         self.remote = str(peer[0]) if isinstance(peer, tuple) else ""
-        self.front.connections.add(self)
-        self._arm_idle()
+        self.front.clients.admit(self)
 
     def data_received(self, data: bytes) -> None:
         if self.keeping:
@@ -161,8 +152,7 @@ class FrontConnection(asyncio.Protocol):
         parser = self.parser
         if parser is None:
             return  # the connection was lost
-        self.ended_in_read = False
-        self.head_was_open = self.in_head
+        self.ended_in_read = self.began = self.fed = False
         try:
             parser.feed_data(data)
         except (_HandOff, httptools.HttpParserError) as exc:
@@ -181,17 +171,23 @@ class FrontConnection(asyncio.Protocol):
             self.raw, self.keeping, self.whole = [], True, True
         elif self.in_head:
             # llhttp buffers a header until it is whole, so the callbacks alone cannot bound
-            # a head that never ends: every read that found the head open counts whole; the
-            # read it began in counts what its callbacks saw (not the requests before it).
-            if self.head_was_open:
+            # a head that never ends: a read that began inside the head counts whole; the
+            # read the head began in counts what its callbacks saw (not the requests before
+            # it, nor the end of the head that was open when the read began).
+            if not self.began:
                 self.head_size += len(data)
             if self.head_size > MAX_HEAD:
                 self.unparseable(_TooLarge("request head too large"))
+        elif self.current is not None:
+            # The same for a chunked body's framing: a read without a body byte counts
+            # whole; one with a body byte (or the head's end) starts the count again.
+            self.framing = 0 if self.fed else self.framing + len(data)
+            if self.framing > MAX_FRAMING:
+                self.unparseable(_TooLarge("chunk framing or trailer too large"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.parser = None
-        self.front.connections.discard(self)
-        self._disarm_idle()
+        self.front.clients.leave(self)
         if self._linger is not None:
             self._linger.cancel()
         if self.current is not None:
@@ -212,14 +208,14 @@ class FrontConnection(asyncio.Protocol):
     # -- llhttp callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self.in_message = self.in_head = True
+        self.in_message = self.in_head = self.began = True
         if self.ended_in_read:
             self.whole = False
         self.url, self.header_list, self.head_size, self.longest_field = [], [], 0, 0
 
     def on_url(self, url: bytes) -> None:
         self.url.append(url)
-        if not self.head_was_open:
+        if self.began:
             self.head_size += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -229,12 +225,14 @@ class FrontConnection(asyncio.Protocol):
                 (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
             )
             self.longest_field = max(self.longest_field, len(name), len(value))
-            if not self.head_was_open:
+            if self.began:
                 self.head_size += len(name) + len(value)
 
     def on_headers_complete(self) -> None:
         arrived = time.monotonic()
         self.in_head = False
+        self.fed = True
+        self.framing = 0
         parser = self.parser
         assert parser is not None  # a callback of its own feed_data
         target = text(b"".join(self.url))
@@ -265,6 +263,7 @@ class FrontConnection(asyncio.Protocol):
                 self.pause_reading()
 
     def on_body(self, body: bytes) -> None:
+        self.fed = True
         if self.current is not None:
             self.current.body.feed(body)
 
@@ -291,7 +290,7 @@ class FrontConnection(asyncio.Protocol):
         return self.pending is not None
 
     def start(self, request: FrontRequest) -> None:
-        self._disarm_idle()
+        self.front.clients.wake(self)
         self.task = asyncio.get_running_loop().create_task(self.serve(request))
 
     async def serve(self, request: FrontRequest) -> None:
@@ -333,12 +332,11 @@ class FrontConnection(asyncio.Protocol):
         elif self.pending == "refuse":
             self.refuse()
         else:
-            self._arm_idle()
+            self.front.clients.rest(self)
 
     def hand_off(self) -> None:
         """Give the connection, and every byte of the current request, to aiohttp."""
-        self.front.connections.discard(self)
-        self._disarm_idle()
+        self.front.clients.leave(self)
         self.parser = None
         transport, data = self.transport, b"".join(self.raw)
         self.raw = []
@@ -351,24 +349,30 @@ class FrontConnection(asyncio.Protocol):
             handler.data_received(data)
 
     def refuse(self) -> None:
-        body = error_body("ollama", 400, REFUSED_PIPELINED)
+        body = error_body("ollama", 400, self.refusal)
         self.transport.write(error_response(400, body, keep_alive=False))
         self.transport.close()
 
     def unparseable(self, exc: Exception) -> None:
-        """Bytes llhttp refuses, or a head past MAX_HEAD: aiohttp's server answers them
-        (400) when they begin a request it can be given, after the running exchange if
-        there is one; inside a body, or without a clean start, the connection is cut."""
-        if self.whole and self.current is None:
-            self.pending = "hand-off"
+        """Bytes llhttp refuses, or a head or framing past its bound. Between requests,
+        reading stops, and what came before is answered first: then aiohttp's server
+        answers them (400) if they begin a request it can be given, else the front's 400
+        closes the connection (as nginx and aiohttp answer bytes behind a request in the
+        same read). Inside a body, the connection is cut."""
+        error = str(exc) or type(exc).__name__
+        if self.current is None:
+            if self.whole:
+                self.pending = "hand-off"
+            else:
+                log.info("front_unparseable", error=error)
+                self.pending, self.refusal = "refuse", unparseable_after(error)
             if self.task is None:
-                self.hand_off()
+                self.after_exchange(keep=True)
             else:
                 self.pause_reading()
             return
-        log.info("front_unparseable", error=str(exc) or type(exc).__name__)
-        if self.current is not None:
-            self.current.body.fail(ClientGone(f"the request could not be parsed: {exc}"))
+        log.info("front_unparseable", error=error)
+        self.current.body.fail(ClientGone(f"the request could not be parsed: {error}"))
         self.transport.abort()
 
     def _lingered(self) -> None:
@@ -387,13 +391,3 @@ class FrontConnection(asyncio.Protocol):
     def resume_reading(self) -> None:
         if len(self.queue) < MAX_QUEUED:
             self.flow.resume_reading()
-
-    def _arm_idle(self) -> None:
-        self._disarm_idle()
-        loop = asyncio.get_running_loop()
-        self._idle = loop.call_later(KEEPALIVE_SECONDS, self.close_if_idle)
-
-    def _disarm_idle(self) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None

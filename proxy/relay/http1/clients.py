@@ -1,0 +1,136 @@
+"""The HTTP/1 server's client connections as a whole: how many may stay open, which idle
+ones are closed first when that is reached, and closing them all at shutdown.
+
+A keep-alive connection that waits for its next request holds a file descriptor; enough
+of them (or of half-sent heads) and the process can accept no one else. So at every new
+connection past the cap the connections idle the longest are closed, the front's and those
+handed to aiohttp's server alike, and the new client is served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import operator
+import resource
+from typing import Final, Protocol
+
+from aiohttp import web
+
+KEEPALIVE_SECONDS: Final = 75.0
+"""An idle keep-alive connection, or one whose next request head is still arriving, is
+closed after this long (aiohttp's `run_app` default); aiohttp's server is given the same."""
+RESERVED_FDS: Final = 64
+"""File descriptors kept for what is not a client connection: the listening sockets, the
+database, the poller's and the log's."""
+MIN_CAP: Final = 16
+
+
+def fd_cap() -> int:
+    """Client connections kept open at most: half the descriptors left after RESERVED_FDS,
+    the other half for their upstream connections (one per exchange in flight)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 2**31
+    return max(MIN_CAP, (soft - RESERVED_FDS) // 2)
+
+
+def raise_fd_limit() -> None:
+    """Raise the soft limit on open files to the hard one, as Go's runtime does for every
+    program (Ollama included): a default of 1,024 is a few hundred idle clients."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # A hard limit the kernel refuses as a soft one (above nr_open) leaves it as it is.
+    with contextlib.suppress(ValueError, OSError):
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class Member(Protocol):
+    """A client connection of the front (`server.FrontConnection`), as the set sees it."""
+
+    transport: asyncio.Transport
+    task: asyncio.Task[None] | None
+    """The exchange running on it."""
+
+    def close_if_idle(self) -> None: ...
+
+
+class Clients:
+    """The front's client connections, each idle one with its keep-alive timer."""
+
+    def __init__(self) -> None:
+        self.connections: set[Member] = set()
+        self.idle: dict[Member, asyncio.TimerHandle] = {}
+        """The idle connections, longest idle first (a dict keeps insertion order)."""
+        self.closing = False
+        self.cap = fd_cap()
+        self.aiohttp: web.Server | None = None
+        """aiohttp's server, for the connections handed to it."""
+
+    def admit(self, conn: Member) -> None:
+        """A new connection: idle from now; past the cap, the longest idle ones close."""
+        self.connections.add(conn)
+        aiohttp = self.aiohttp
+        excess = len(self.connections) - self.cap
+        if aiohttp is not None:
+            excess += sum(1 for handler in aiohttp.connections if handler.transport is not None)
+        if excess > 0:
+            self._shed(excess, aiohttp)
+        self.rest(conn)
+
+    def rest(self, conn: Member) -> None:
+        """The connection waits for its next request: its keep-alive timer runs."""
+        self.wake(conn)
+        loop = asyncio.get_running_loop()
+        self.idle[conn] = loop.call_later(KEEPALIVE_SECONDS, conn.close_if_idle)
+
+    def wake(self, conn: Member) -> None:
+        """An exchange starts on the connection (or it leaves): no longer idle."""
+        timer = self.idle.pop(conn, None)
+        if timer is not None:
+            timer.cancel()
+
+    def leave(self, conn: Member) -> None:
+        self.wake(conn)
+        self.connections.discard(conn)
+
+    def _shed(self, excess: int, aiohttp: web.Server | None) -> None:
+        """Close the `excess` connections idle the longest, the front's and aiohttp's in
+        one order: by when their keep-alive timer would close them."""
+        idle: list[tuple[float, Member | web.RequestHandler]] = [
+            (timer.when(), conn) for conn, timer in self.idle.items()
+        ]
+        for handler in aiohttp.connections if aiohttp is not None else ():
+            # aiohttp's own test of an idle handler (RequestHandler._process_keepalive): it
+            # waits for a request that has not come whole; its timer is due at this time.
+            waiter = handler._waiter
+            if waiter is not None and not waiter.done() and handler.transport is not None:
+                idle.append((handler._next_keepalive_close_time, handler))
+        for _, conn in heapq.nsmallest(excess, idle, key=operator.itemgetter(0)):
+            if isinstance(conn, web.RequestHandler):
+                conn.force_close()  # its transport is None from now: no longer counted
+            else:
+                conn.transport.close()
+                self.leave(conn)
+
+    def close_idle(self) -> None:
+        """Shutdown begins: connections without a running exchange close now (a request
+        half-received included, as aiohttp does), busy ones after their exchange."""
+        self.closing = True
+        for conn in list(self.connections):
+            conn.close_if_idle()
+
+    async def wait_exchanges(self, within: float) -> None:
+        """Until no exchange runs (one may start on a busy connection meanwhile), or
+        `within` seconds passed (the driver has cancelled them all by then); then every
+        connection left is closed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while tasks := [c.task for c in self.connections if c.task is not None]:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.wait(tasks, timeout=left)
+        for conn in list(self.connections):
+            conn.transport.abort()

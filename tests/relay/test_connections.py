@@ -1,0 +1,148 @@
+"""Client connections as a whole (security-review D9): the soft limit on open files raised
+to the hard one at start, idle connections past the cap closed so that new clients are
+served, and a client that goes silent before or inside its request cut on either path."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from yarl import URL
+
+from proxy.exchange import Outcome
+from proxy.relay.http1 import clients
+from tests.conftest import MakeProxy
+from tests.support.fake_ollama import FakeOllama
+from tests.support.serve_process import serve
+from tests.support.spy import Spy
+from tests.support.wire import get, read_response
+
+
+def open_files(pid: int) -> list[str]:
+    """The soft and hard limit on open files of a process, as /proc shows them."""
+    (line,) = [
+        line
+        for line in Path(f"/proc/{pid}/limits").read_text().splitlines()
+        if line.startswith("Max open files")
+    ]
+    return line.split()[3:5]
+
+
+async def test_serve_raises_the_soft_limit_on_open_files(
+    fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    """As Go's runtime does for Ollama: 1,024 is a few hundred idle clients."""
+    proc, _ = await serve(fake_ollama.url, tmp_path / "r.db", nofile=(256, 4096))
+    try:
+        assert open_files(proc.pid) == ["4096", "4096"]
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_idle_connections_past_the_cap_make_room_for_new_clients(
+    fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    """With 256 descriptors, 300 clients that got their answer and keep their connection
+    open (half of them handed to aiohttp's server, as /_tap/ requests are): the longest
+    idle are closed, and a new client is served. The cap is the HTTP/1 server's: with
+    `--relay aiohttp` (a debugging setting) only aiohttp's idle cut applies."""
+    db = tmp_path / "r.db"
+    proc, url = await serve(fake_ollama.url, db, "--relay", "fast", nofile=(256, 256))
+    port = URL(url).port
+    held = []
+    try:
+        for i in range(300):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(get("/api/version" if i % 2 else "/_tap/healthz"))
+            assert (await asyncio.wait_for(read_response(reader), 10))[0] == "HTTP/1.1 200 OK"
+            held.append((reader, writer))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(get("/api/version"))
+        assert (await asyncio.wait_for(read_response(reader), 10))[0] == "HTTP/1.1 200 OK"
+        for older in (0, 1):  # aiohttp's and the front's: the oldest of each went
+            assert await asyncio.wait_for(held[older][0].read(), 5) == b""
+        with pytest.raises(TimeoutError):  # the newest stay
+            await asyncio.wait_for(held[-1][0].read(1), 0.2)
+    finally:
+        for _, w in held:
+            w.close()
+        proc.terminate()
+        await proc.wait()
+
+
+@pytest.mark.interpreted
+@pytest.mark.parametrize(
+    ("relay", "first"),
+    [("fast", b""), ("fast", get("/_tap/healthz")), ("aiohttp", b"")],
+    ids=["front", "handed-off", "aiohttp"],
+)
+async def test_a_dripped_head_is_cut_on_every_path(
+    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch, relay: str, first: bytes
+) -> None:
+    """A head sent a byte at a time is cut KEEPALIVE_SECONDS after the connection went
+    idle, by the front and by aiohttp's server alike (whose own default is an hour)."""
+    monkeypatch.setattr(clients, "KEEPALIVE_SECONDS", 1.0)
+    proxy = await proxy_factory(relay=relay)
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    if first:
+        writer.write(first)
+        await read_response(reader)  # the connection is aiohttp's from here
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    closed = asyncio.ensure_future(reader.read())
+    for byte in b"GET /api/tags HTTP/1.1\r\nX-Slow: " + b"s" * 100:
+        if closed.done():
+            break
+        writer.write(bytes([byte]))
+        await asyncio.wait([closed], timeout=0.1)
+    assert closed.done() and closed.result() == b"", "the dripped head was never cut"
+    assert loop.time() - began < 3
+    writer.close()
+
+
+@pytest.mark.interpreted
+@pytest.mark.parametrize(
+    "body",
+    [b"Content-Length: 100\r\n\r\n0123456789", b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"],
+    ids=["stalled-body", "stalled-chunk"],
+)
+async def test_a_stalled_body_after_the_hand_off_is_cut(
+    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch, body: bytes
+) -> None:
+    """Handed to aiohttp (Expect), a body that stops coming: the connection is cut and
+    the exchange ends as the client's doing, instead of holding two sockets for ever."""
+    monkeypatch.setattr(clients, "KEEPALIVE_SECONDS", 1.0)
+    ends = Spy()
+    proxy = await proxy_factory(relay="fast", observers=(ends,))
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    head = b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
+    writer.write(head + body)
+    assert (
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    )
+    assert await asyncio.wait_for(reader.read(), 3) == b""
+    assert [ex.outcome for ex in await ends.wait_ended()] == [Outcome.CLIENT_DISCONNECTED]
+    writer.close()
+
+
+@pytest.mark.interpreted
+async def test_a_trailer_aiohttp_cannot_parse_does_not_hold_the_exchange(
+    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp's parser, refusing a trailer after the handler began, never tells the
+    body's reader: the read timeout ends the exchange."""
+    monkeypatch.setattr(clients, "KEEPALIVE_SECONDS", 1.0)
+    ends = Spy()
+    proxy = await proxy_factory(relay="aiohttp", observers=(ends,))
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(
+        b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    writer.write(b"5\r\nhello\r\n")
+    await asyncio.sleep(0.2)
+    writer.write(b"0\r\nX Bad: y\r\n\r\n")
+    await asyncio.wait_for(reader.read(), 3)
+    assert [ex.outcome for ex in await ends.wait_ended(1)] == [Outcome.CLIENT_DISCONNECTED]
+    writer.close()
