@@ -581,8 +581,10 @@ def health() -> list[Panel]:
         ),
         Panel(
             "Internal errors",
-            "Per-second recorder write errors, upstream poll errors and observer errors (a "
-            "failing observer is skipped; the client stream goes on).",
+            "Per-second recorder write errors, upstream poll errors, observer errors (a "
+            "failing observer is skipped; the client stream goes on) and requests sent again "
+            "because a reused upstream connection ended before any reply byte (harmless; "
+            "steady retries mean something between the proxy and Ollama closes connections).",
             "ops",
             [
                 Target(
@@ -595,6 +597,9 @@ def health() -> list[Panel]:
                 Target(
                     rate("ollama_tap_observer_errors_total", "observer, hook", p),
                     "{{observer}} {{hook}}",
+                ),
+                Target(
+                    rate("ollama_tap_upstream_retries_total", "reason", p), "sent again: {{reason}}"
                 ),
             ],
             width=5,
