@@ -126,13 +126,15 @@ async def tapped(proxy_factory: MakeProxy, engine: Engine) -> Proxy:
     return await proxy_factory(upstream=engine.url)
 
 
-def openai_client(base: str) -> openai.AsyncOpenAI:
+def openai_client(base: str, http: Any = None) -> openai.AsyncOpenAI:
     """The official client as an app would make it, minus its retries: a 502 must show."""
-    return openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0)
+    return openai.AsyncOpenAI(
+        base_url=base + "/v1", api_key="none", max_retries=0, http_client=http
+    )
 
 
-def anthropic_client(base: str) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=base, api_key="none", max_retries=0)
+def anthropic_client(base: str, http: Any = None) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=base, api_key="none", max_retries=0, http_client=http)
 
 
 async def proxy_metrics(proxy: Proxy) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -50,7 +50,7 @@ async def test_many_sequential_streams_meet_no_502(tapped: Proxy) -> None:
         try:
             stream = await client.chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": f"Say {i}."}],
-                max_tokens=2, stream=True, temperature=0,
+                max_tokens=1, stream=True, temperature=0,
             )  # fmt: skip
             async for _ in stream:
                 pass

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from tests.conftest import Proxy
@@ -28,34 +31,47 @@ from tests.support.transparency import comparable
 _VOLATILE = re.compile(rb'"(?:id|created)":(?:"[^"]*"|\d+)|"timings":\{[^{}]*\}')
 
 GREEDY: dict[str, Any] = {"temperature": 0, "seed": 7}
+TOKENS = 8
+TTFT_TOL = 0.010
+"""How much later the client may see its first token than the proxy wrote it, in seconds."""
 MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
 Raw = AbstractAsyncContextManager[Any]
 """A client's `with_streaming_response` call: the reply before the client parses it."""
 
 
-def chat(base: str) -> Raw:
-    return openai_client(base).chat.completions.with_streaming_response.create(
-        model=MODEL, messages=MESSAGES, max_tokens=12, stream=True,  # type: ignore[arg-type]
+def chat(client: Any) -> Raw:
+    return client.chat.completions.with_streaming_response.create(  # type: ignore[no-any-return]
+        model=MODEL, messages=MESSAGES, max_tokens=TOKENS, stream=True,
         stream_options={"include_usage": True}, **GREEDY,
     )  # fmt: skip
 
 
-def completion(base: str) -> Raw:
-    return openai_client(base).completions.with_streaming_response.create(
-        model=MODEL, prompt="The capital of France is", max_tokens=12, stream=True,
+def completion(client: Any) -> Raw:
+    return client.completions.with_streaming_response.create(  # type: ignore[no-any-return]
+        model=MODEL, prompt="The capital of France is", max_tokens=TOKENS, stream=True,
         stream_options={"include_usage": True}, **GREEDY,
     )  # fmt: skip
 
 
-def message(base: str) -> Raw:
-    return anthropic_client(base).messages.with_streaming_response.create(
-        model=MODEL, messages=MESSAGES, max_tokens=12, stream=True,  # type: ignore[arg-type]
-        temperature=0,
+def message(client: Any) -> Raw:
+    return client.messages.with_streaming_response.create(  # type: ignore[no-any-return]
+        model=MODEL, messages=MESSAGES, max_tokens=TOKENS, stream=True,
+        extra_body=GREEDY,  # the client of the day has no sampling parameters of its own
     )  # fmt: skip
 
 
-ROUTES = {"/v1/chat/completions": chat, "/v1/completions": completion, "/v1/messages": message}
+# Each route: the client, its SDK's HTTP client class (for the stopwatch's hook), the call.
+ROUTES: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[[Any], Raw]]] = {
+    "/v1/chat/completions": (openai_client, openai.DefaultAsyncHttpxClient, chat),
+    "/v1/completions": (openai_client, openai.DefaultAsyncHttpxClient, completion),
+    "/v1/messages": (anthropic_client, anthropic.DefaultAsyncHttpxClient, message),
+}
+
+
+def call(endpoint: str, base: str) -> Raw:
+    client, _, request = ROUTES[endpoint]
+    return request(client(base))
 
 
 async def fetch(call: Raw) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -68,8 +84,8 @@ async def fetch(call: Raw) -> tuple[int, list[tuple[str, str]], bytes]:
 async def test_a_stream_is_the_bytes_the_engine_sends(
     endpoint: str, engine: Engine, tapped: Proxy
 ) -> None:
-    direct = await fetch(ROUTES[endpoint](engine.url))
-    relayed = await fetch(ROUTES[endpoint](tapped.url))
+    direct = await fetch(call(endpoint, engine.url))
+    relayed = await fetch(call(endpoint, tapped.url))
     assert relayed[0] == direct[0] == 200
     assert comparable(relayed[1]) == comparable(direct[1])
     assert len(events(direct[2])) > 3  # a real stream, not one object
@@ -84,55 +100,68 @@ def _output(endpoint: str, event: Any) -> bool:
     return bool(choices[0].get("delta", {}).get("content") or choices[0].get("text"))
 
 
-async def _first_output(endpoint: str, base: str) -> tuple[float, list[Any]]:
-    """Seconds from the call to the first output event as the client reads it, and every
-    event of the stream."""
-    started = time.monotonic()
-    first, seen = None, []
-    async with ROUTES[endpoint](base) as response:
-        async for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            seen += events(line.encode())
-            if first is None and _output(endpoint, seen[-1]):
-                first = time.monotonic() - started
-    assert first is not None, seen
-    return first, seen
+class Stopwatch:
+    """A client with its own clock: started by the SDK's HTTP client as it sends a request
+    (the request already built), read once the client parsed the first output event."""
+
+    def __init__(self, endpoint: str, base: str) -> None:
+        make, http, self._request = ROUTES[endpoint]
+        self.endpoint, self.started = endpoint, 0.0
+        self.client = make(base, http(event_hooks={"request": [self._start]}))
+
+    async def _start(self, request: object) -> None:
+        self.started = time.monotonic()
+
+    async def first_output(self) -> tuple[float, list[Any]]:
+        """Seconds to the first output event as the client reads it; every event."""
+        first, seen = None, []
+        async with self._request(self.client) as response:
+            async for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                seen += events(line.encode())
+                if first is None and _output(self.endpoint, seen[-1]):
+                    first = time.monotonic() - self.started
+        assert first is not None, seen
+        return first, seen
 
 
-@pytest.mark.parametrize("endpoint", ROUTES)
-async def test_ttft_is_the_clients_stopwatch(endpoint: str, tapped: Proxy) -> None:
-    client_ttft, _ = await _first_output(endpoint, tapped.url)
-    await settled(tapped)
-    scraped = await proxy_metrics(tapped)
-    assert total(scraped, "ollama_tap_time_to_first_token_seconds_count", endpoint=endpoint) == 1
-    proxy_ttft = total(scraped, "ollama_tap_time_to_first_token_seconds_sum", endpoint=endpoint)
-    # The client's watch starts before the request is sent and stops after it parsed the
-    # event: never shorter than the proxy's, and longer only by the trip through the client.
-    assert 0 <= client_ttft - proxy_ttft < 0.010, (client_ttft, proxy_ttft)
-
-
-def _usage(endpoint: str, seen: list[Any]) -> tuple[int, int]:
-    """(prompt, generated) tokens as the engine reported them in the stream."""
+def _usage(endpoint: str, seen: list[Any]) -> tuple[int | None, int]:
+    """(prompt, generated) tokens as the engine reported them at the end of the stream."""
     if endpoint == "/v1/messages":
-        start = next(e for e in seen if e["type"] == "message_start")["message"]["usage"]
-        end = next(e for e in seen if e["type"] == "message_delta")["usage"]
-        return start["input_tokens"], end["output_tokens"]
+        usage = next(e for e in seen if e["type"] == "message_delta")["usage"]
+        return usage.get("input_tokens"), usage["output_tokens"]
     usage = next(e["usage"] for e in seen if e.get("usage"))
     return usage["prompt_tokens"], usage["completion_tokens"]
 
 
 @pytest.mark.parametrize("endpoint", ROUTES)
-async def test_token_counters_are_the_engines_usage(
+async def test_ttft_and_token_counts_are_what_the_client_saw(
     endpoint: str, engine: Engine, tapped: Proxy
 ) -> None:
-    predicted = await engine.metric("llamacpp:tokens_predicted_total")
-    _, seen = await _first_output(endpoint, tapped.url)
-    prompt, generated = _usage(endpoint, seen)
+    watch = Stopwatch(endpoint, tapped.url)
+    # A first exchange warms what an app warms once (its connection, the client's code).
+    await watch.first_output()
     await settled(tapped)
-    scraped = await proxy_metrics(tapped)
+    before = await proxy_metrics(tapped)
+    predicted = await engine.metric("llamacpp:tokens_predicted_total")
+    client_ttft, seen = await watch.first_output()
+    await settled(tapped)
+    after = await proxy_metrics(tapped)
+
+    def grew(name: str) -> float:
+        return total(after, name, endpoint=endpoint) - total(before, name, endpoint=endpoint)
+
+    assert grew("ollama_tap_time_to_first_token_seconds_count") == 1
+    proxy_ttft = grew("ollama_tap_time_to_first_token_seconds_sum")
+    # The client's watch starts as the request leaves and stops once it parsed the event:
+    # never shorter than the proxy's, and longer only by the trip through the client.
+    assert 0 <= client_ttft - proxy_ttft < TTFT_TOL, (client_ttft, proxy_ttft)
+
+    prompt, generated = _usage(endpoint, seen)
     assert generated > 0
-    assert total(scraped, "ollama_tap_generation_tokens_total", endpoint=endpoint) == generated
-    assert total(scraped, "ollama_tap_prompt_tokens_total", endpoint=endpoint) == prompt
+    assert grew("ollama_tap_generation_tokens_total") == generated
     # The engine's own count of what it generated agrees with what it told the client.
     assert await engine.metric("llamacpp:tokens_predicted_total") - predicted == generated
+    if prompt is not None:  # llama.cpp's message_delta has no input_tokens
+        assert grew("ollama_tap_prompt_tokens_total") == prompt
