@@ -42,18 +42,18 @@ async def test_a_client_that_leaves_stops_the_generation(engine: Engine, tapped:
 
 
 async def test_many_sequential_streams_meet_no_502(tapped: Proxy) -> None:
-    """llama-server closes a connection after a streamed reply without saying so: the
-    proxy's next request on it must not become the client's 502."""
+    """llama-server closes a connection after a streamed reply without saying so (a plain
+    aiohttp client talking to it fails every other request): the proxy's next request on
+    such a connection must not become the client's 502."""
     client = openai_client(tapped.url)
     failures: list[str] = []
     for i in range(100):
         try:
-            stream = await client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": f"Say {i}."}],
-                max_tokens=1, stream=True, temperature=0,
-            )  # fmt: skip
+            stream = await client.completions.create(
+                model=MODEL, prompt=str(i), max_tokens=1, stream=True, temperature=0
+            )
             async for _ in stream:
                 pass
-        except openai.APIStatusError as exc:
-            failures.append(f"request {i}: {exc.status_code} {exc.message}")
+        except openai.APIError as exc:  # a status, or a connection the proxy cut
+            failures.append(f"request {i}: {type(exc).__name__}: {exc}")
     assert failures == [], failures
