@@ -19,7 +19,7 @@ from proxy.relay.failures import AIOHTTP_BROKEN_OFF, ClientGone, no_reply
 from proxy.relay.headers import MAX_FIELD, downstream_headers, upstream_headers
 from proxy.relay.http1 import clients
 from proxy.relay.incoming import Incoming
-from proxy.relay.retry import Upload, retry_reason
+from proxy.relay.retry import Upload, held_for_resend, retry_reason
 from proxy.relay.tap import Tap, Tapped
 
 SESSION: Final = web.AppKey("session", aiohttp.ClientSession)
@@ -218,12 +218,10 @@ class AiohttpRelay:
         reason = None if reset is None else retry_reason(ex, attempt.reused, False, reset)
         if reason is None or self.client_gone():
             return False
-        if upload is not None:
-            await upload.settled()
-            resend = self.tapped.sent_so_far()
-            if resend is None:
-                return False
-            self.resend = resend
+        resend = await held_for_resend(upload, self.tapped.sent_so_far)
+        if resend is None:
+            return False
+        self.resend = resend
         ex.retried = reason
         return True
 

@@ -17,7 +17,7 @@ the two apart. The rule therefore follows what a second send would cost:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from proxy.exchange import Exchange, Retry
@@ -91,3 +91,15 @@ class Upload:
         if self.reading:
             self._left = asyncio.get_running_loop().create_future()
             await self._left
+
+
+async def held_for_resend(
+    upload: Upload | None, sent_so_far: Callable[[], bytes | None]
+) -> bytes | None:
+    """What a second send writes before the rest of a streamed body: nothing for a body read
+    whole (resent from memory), the upload's bytes so far once the failed send has left it
+    (`Upload.settled`), or None when they are not all at hand and no second send is made."""
+    if upload is None:
+        return b""
+    await upload.settled()
+    return sent_so_far()

@@ -19,7 +19,7 @@ from proxy.relay.http1.pool import UpstreamConnection, UpstreamPool
 from proxy.relay.http1.reply import Link, Reply, ReplySink
 from proxy.relay.http1.request import FrontRequest
 from proxy.relay.http1.send import request_head
-from proxy.relay.retry import Upload, retry_reason
+from proxy.relay.retry import Upload, held_for_resend, retry_reason
 from proxy.relay.tap import Tap, Tapped
 
 log = structlog.get_logger("ollama_tap.relay")
@@ -167,16 +167,14 @@ class Http1Relay(ReplySink):
         if reason is None or self.client.is_closing() or self.upload_failed:
             return False
         reply.detach()
-        if upload is not None:
-            uploading = self.uploading
-            if uploading is not None:
-                uploading.cancel()
-                await asyncio.wait({uploading})
-            await upload.settled()
-            resend = self.tapped.sent_so_far()
-            if resend is None:
-                return False
-            self.resend = resend
+        uploading = self.uploading
+        if upload is not None and uploading is not None:
+            uploading.cancel()
+            await asyncio.wait({uploading})
+        resend = await held_for_resend(upload, self.tapped.sent_so_far)
+        if resend is None:
+            return False
+        self.resend = resend
         ex.retried = reason
         log.debug("resent", id=ex.id, path=ex.path, reason=str(reason))
         return True
