@@ -377,7 +377,7 @@ async def test_metrics_endpoint_shows_the_official_clients_traffic(
 
     gen = {("endpoint", "/api/generate"), ("model", LLAMA)}
     compat = {("endpoint", "/v1/chat/completions"), ("model", LLAMA)}
-    LOCAL = ("location", "local")  # noqa: N806
+    LOCAL = ("location", "local")
     expected = {
         ("ollama_tap_upstream_up", frozenset()): 1.0,
         ("ollama_tap_upstream_info", frozenset({("version", "0.33.0-rc2")})): 1.0,
