@@ -148,3 +148,11 @@ def test_runtime_context_only_errs_towards_too_large() -> None:
     assert runtime_context(8192, 4096, cold=True) == 8192, "/api/ps may predate the reload"
     assert runtime_context(2048, None, cold=False) == 2048
     assert runtime_context(None, None, cold=False) is None
+
+
+@pytest.mark.parametrize("c", [2048, 4096])
+def test_t1_false_positives_are_two_lengths_in_c(c: int) -> None:
+    """Every untruncated chat prompt length from 1 to C − 1 (output 1 token, so no shift):
+    T1 takes exactly the two lengths L(C,4) and L(C,5) for truncated ones, 2/C of them."""
+    flagged = [p for p in range(1, c) if judge(finished(p=p, e=1), Runtime(c, NOW)) is not None]
+    assert flagged == [shift_limit(c, 4), shift_limit(c, 5)]
