@@ -18,6 +18,8 @@ RATE = "$__rate_interval"
 NATIVE: Final = 'endpoint=~"/api/generate|/api/chat"'
 """The routes with Ollama's phase timings."""
 TOK_S = "suffix: tok/s"
+LOCAL = 'location="local"'
+"""Requests that ran on this Ollama, not proxied to ollama.com (proxy/cloud.py)."""
 NEWER_OLLAMA = (
     " Needs an Ollama that reports prompt_eval_cached_count (releases with PR #17943);"
     " older ones leave it empty."
@@ -451,6 +453,21 @@ def context() -> list[Panel]:
             defaults={"min": 0, "max": 1},
         ),
         Panel(
+            "Truncations",
+            "Share of a model's local requests Ollama truncated, refused for not fitting, or "
+            "ran past the context, by kind (docs/diagnoses.md says how each is told).",
+            "percentunit",
+            [
+                Target(
+                    f"{rate('ollama_tap_truncations_total', 'model, kind', s)} / on (model) "
+                    "group_left "
+                    f"{rate('ollama_tap_requests_total', 'model', sel(extra=LOCAL))}",
+                    "{{kind}} {{model}}",
+                )
+            ],
+            defaults={"min": 0},
+        ),
+        Panel(
             "Stops by reason",
             "Replies per second by done_reason; length means the output limit (num_predict) "
             "was reached, not that the input was cut.",
@@ -461,7 +478,7 @@ def context() -> list[Panel]:
                     "{{done_reason}} {{model}}",
                 )
             ],
-            width=24,
+            width=16,
         ),
     ]
 

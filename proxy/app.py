@@ -20,6 +20,7 @@ from proxy.recorder.api import add_routes as add_recorder_routes
 from proxy.relay import SESSION, install, make_session, server_args
 from proxy.tokens.store import ModelStore
 from proxy.tokens.vocab import Vocab, VocabCache, VocabSource
+from proxy.truncation.observer import TruncationObserver
 from proxy.upstream import UpstreamPoller
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -97,8 +98,10 @@ def make_app(
     poller = UpstreamPoller(settings, registry, labels)
     recorder = Recorder(settings, registry, digest_of=poller.digest_of, spelling=labels.spelling)
     metrics = [MetricsObserver(registry, labels, poller)] if settings.metrics else []
-    # The labels first: a reply head that proves a name does so before the others look.
-    builtin = [labels, *metrics, recorder, AccessLog(labels.label)]
+    truncation = TruncationObserver(registry, labels, poller)
+    # The labels first: a reply head that proves a name does so before the others look;
+    # the truncation verdict before the recorder, whose row carries it.
+    builtin = [labels, *metrics, truncation, recorder, AccessLog(labels.label)]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS] = poller, recorder, hooks
     app[VOCABS] = _vocab_cache(app, settings)

@@ -23,6 +23,7 @@ MODULES: Final = [
     "proxy/slots.py",
     "proxy/accesslog.py",
     "proxy/measures.py",
+    "proxy/cloud.py",
     "proxy/metrics/histogram.py",
     "proxy/metrics/registered.py",
     "proxy/metrics/observer.py",

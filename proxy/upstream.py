@@ -118,6 +118,11 @@ class UpstreamPoller:
             await self._session.close()
             self._session = None
 
+    @property
+    def version(self) -> str | None:
+        """Ollama's version per the last /api/version read (None before the first)."""
+        return self._version
+
     def context_length(self, model: str | None) -> int | None:
         """The runtime context (num_ctx) of a loaded model per the last /api/ps, else None."""
         entry = self._loaded_entry(model)

@@ -40,7 +40,7 @@ _TOP = ("request", "response", "timeline", "context", "output", "thinking", "too
 
 
 def _filters(args: argparse.Namespace) -> Filters:
-    return Filters(args.model, args.endpoint, args.outcome, args.since, args.until)
+    return Filters(args.model, args.endpoint, args.outcome, args.since, args.until, args.truncated)
 
 
 def _ms(seconds: float | None) -> str:
@@ -59,7 +59,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     # One line a record. The id is what `records show` and `decode --record` take: it is
     # never cut, whatever the terminal's width; the other cells end in "…" when they must.
     least = {"id": max((len(r["id"]) for r in records), default=2), "method": 4, "status": 3}
-    for name in _COLUMNS:
+    names = (*_COLUMNS, "truncation") if args.truncated else _COLUMNS
+    for name in names:
         table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=least.get(name))
     for r in records:
         tokens = f"{r['prompt_tokens'] or ''}/{r['eval_tokens'] or ''}".strip("/")
@@ -68,6 +69,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             *(r[k] or "" for k in ("method", "endpoint", "model", "status")),
             r["outcome"], _ms(r["ttft"]), _ms(r["duration"]), tokens,
         )  # fmt: skip
+        if args.truncated:
+            verdict = r["truncation"] or {}
+            cells = (*cells, f"{verdict.get('kind', '')} ({verdict.get('rule', '')})")
         # Text cells: recorded values are printed as text, never read as rich markup.
         table.add_row(*(Text(str(c)) for c in cells))
     Console().print(table)
@@ -190,6 +194,10 @@ def _common(p: argparse.ArgumentParser, filters: bool) -> None:
         p.add_argument("--outcome", help="only this outcome, e.g. ok, client_disconnected")
         p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
         p.add_argument("--until", type=parse_time, help="before this time")
+        p.add_argument(
+            "--truncated", action="store_true",
+            help="only exchanges with a truncation verdict (docs/diagnoses.md)",
+        )  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -60,6 +60,8 @@ CONTEXT_TOKEN_BUCKETS: Final = (
 UTILIZATION_BUCKETS: Final = (0.25, 0.5, 0.75, 0.9, 0.95, 1, 1.5, 2, 5, 10)
 
 E, M, S = "endpoint", "model", "stream"
+L = "location"
+"""`cloud` for exchanges Ollama proxied to a remote model (proxy/cloud.py), else `local`."""
 
 # --- The proxy itself, and the metrics observer's per-exchange families
 
@@ -69,7 +71,7 @@ BUILD_INFO: Final = _gauge(
     "Build of ollama-tap (=1).",
 )
 REQUESTS: Final = _counter(
-    "ollama_tap_requests_total", (E, M, "status"),
+    "ollama_tap_requests_total", (E, M, "status", L),
     "Exchanges, by the status the client got.",
 )
 REQUEST_ERRORS: Final = _counter(
@@ -145,15 +147,15 @@ PREFILL_SECONDS: Final = _counter(
     "prompt_eval_duration (rate pair).",
 )
 PROMPT_TOKENS: Final = _counter(
-    "ollama_tap_prompt_tokens_total", (E, M),
+    "ollama_tap_prompt_tokens_total", (E, M, L),
     "Prompt tokens, every source.",
 )
 CACHED_TOKENS: Final = _counter(
-    "ollama_tap_prompt_cached_tokens_total", (E, M),
+    "ollama_tap_prompt_cached_tokens_total", (E, M, L),
     "Prompt tokens served from the cache.",
 )
 GENERATION_TOKENS: Final = _counter(
-    "ollama_tap_generation_tokens_total", (E, M),
+    "ollama_tap_generation_tokens_total", (E, M, L),
     "Generated tokens, every source.",
 )
 CONTEXT_TOKENS: Final = _histogram(
@@ -167,6 +169,10 @@ UTILIZATION: Final = _histogram(
 COLD_STARTS: Final = _counter(
     "ollama_tap_cold_starts_total", (M,),
     "Replies whose load took > 1 s.",
+)
+TRUNCATIONS: Final = _counter(
+    "ollama_tap_truncations_total", (E, M, "kind"),
+    "Exchanges whose prompt or output the context cut, or whose overflow Ollama refused.",
 )
 
 # --- The upstream poller's

@@ -9,6 +9,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
 
+from proxy.cloud import LOCAL, location
 from proxy.exchange import Exchange, Outcome, OutputChunk, Usage
 from proxy.measures import cold_start, ctx_class, request_num_ctx
 from proxy.metrics.histogram import Series
@@ -127,8 +128,8 @@ class MetricsObserver:
         state: _State | None = ex.metadata.pop(NAME, None)
         if state is not None:
             state.in_flight.dec()
-        endpoint, model = ex.endpoint, self.labels.label(ex.model)
-        self.m.requests[endpoint, model, status_label(ex)].inc()
+        endpoint, model, where = ex.endpoint, self.labels.label(ex.model), location(ex)
+        self.m.requests[endpoint, model, status_label(ex), where].inc()
         if ex.outcome is not None and ex.outcome is not Outcome.OK:
             self.m.errors[endpoint, model, ex.outcome.value].inc()
         if ex.done_reason is not None:
@@ -141,8 +142,9 @@ class MetricsObserver:
         self._latency(ex, endpoint, model)
         if (usage := ex.usage) is None:
             return
-        self._tokens(usage, endpoint, model)
-        if not usage.has_timings:
+        self._tokens(usage, endpoint, model, where)
+        if not usage.has_timings or where != LOCAL:
+            # A cloud reply's timings are ollama.com's (C4): no local figure takes them.
             return
         self._phases(ex, usage, endpoint, model)
         cold, waiting = cold_start(usage), None
@@ -170,12 +172,12 @@ class MetricsObserver:
         if (rate := ex.output_rate) is not None:
             self.m.output_rate[endpoint, model].observe(rate)
 
-    def _tokens(self, usage: Usage, endpoint: str, model: str) -> None:
+    def _tokens(self, usage: Usage, endpoint: str, model: str, where: str) -> None:
         if usage.prompt_eval_count is not None:
-            self.m.prompt_tokens[endpoint, model].inc(usage.prompt_eval_count)
-        self.m.generation_tokens[endpoint, model].inc(usage.eval_count)
+            self.m.prompt_tokens[endpoint, model, where].inc(usage.prompt_eval_count)
+        self.m.generation_tokens[endpoint, model, where].inc(usage.eval_count)
         if usage.prompt_eval_cached_count is not None:
-            self.m.cached_tokens[endpoint, model].inc(usage.prompt_eval_cached_count)
+            self.m.cached_tokens[endpoint, model, where].inc(usage.prompt_eval_cached_count)
 
     def _phases(self, ex: Exchange, usage: Usage, endpoint: str, model: str) -> None:
         labels = (endpoint, model, _stream(ex))

@@ -45,6 +45,7 @@ def filters_of(query: Mapping[str, str]) -> Filters:
         outcome=query.get("outcome") or None,
         since=parse_time(since) if since else None,
         until=parse_time(until) if until else None,
+        truncated=_flag(query, "truncated"),
     )
 
 

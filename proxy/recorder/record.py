@@ -29,6 +29,7 @@ from proxy.exchange import Exchange
 from proxy.measures import timings
 from proxy.recorder.redact import BODY_CAP, allowed_headers, capped, scrub
 from proxy.recorder.scope import Capture, Scope
+from proxy.truncation.observer import verdict_of
 
 COLUMNS: Final = (
     "id", "started", "method", "path", "query", "endpoint", "model", "model_digest",
@@ -37,7 +38,7 @@ COLUMNS: Final = (
     "decode", "total", "duration",
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
-    "nbytes", "doc", "timeline",
+    "truncation", "nbytes", "doc", "timeline",
 )  # fmt: skip
 ROW_OVERHEAD: Final = 256
 """Rough bytes of a row's scalar columns and index entries, for size-based retention."""
@@ -48,6 +49,11 @@ def _context(ex: Exchange) -> list[int] | None:
         return None
     context = ex.final.get("context")
     return context if isinstance(context, list) else None
+
+
+def _truncation(ex: Exchange) -> str | None:
+    verdict = verdict_of(ex)
+    return None if verdict is None else orjson.dumps(verdict.as_json()).decode()
 
 
 def _parsed_request(ex: Exchange) -> Any:
@@ -139,6 +145,7 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
         "chunks": ex.output_events,
         "error_message": ex.error_message,
         "retried": None if ex.retried is None else ex.retried.value,
+        "truncation": _truncation(ex),
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
         "doc": doc,
         "timeline": timeline,

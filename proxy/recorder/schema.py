@@ -56,6 +56,12 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # v3: why the request was sent upstream a second time (relay/retry.py), NULL when once.
     ("ALTER TABLE records ADD COLUMN retried TEXT",),
+    # v4: the truncation verdict (proxy/truncation/), JSON, NULL when none; the partial
+    # index serves `--truncated` without touching the other rows.
+    (
+        "ALTER TABLE records ADD COLUMN truncation TEXT",
+        "CREATE INDEX records_truncated ON records(seq) WHERE truncation IS NOT NULL",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -36,6 +36,8 @@ class Filters:
     """Unix seconds, inclusive."""
     until: float | None = None
     """Unix seconds, exclusive."""
+    truncated: bool = False
+    """Only records with a truncation verdict."""
 
     def where(self) -> tuple[list[str], list[Any]]:
         clauses: list[str] = []
@@ -50,12 +52,15 @@ class Filters:
             if value is not None:
                 clauses.append(column)
                 params.append(value)
+        if self.truncated:
+            clauses.append("truncation IS NOT NULL")
         return clauses, params
 
 
 def summary(row: sqlite3.Row) -> dict[str, Any]:
     out = {name: row[name] for name in SUMMARY}
     out["streamed"] = bool(out["streamed"])
+    out["truncation"] = orjson.loads(out["truncation"]) if out["truncation"] else None
     return out
 
 

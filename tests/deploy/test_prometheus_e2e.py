@@ -43,6 +43,7 @@ from tests.deploy.stack import (
     tool,
 )
 from tests.support.fake_ollama import FakeOllama, Script
+from tests.support.fake_ollama.context import context_size_error
 
 pytestmark = pytest.mark.slow
 
@@ -199,6 +200,9 @@ async def drive(proxy: Proxy, fake: FakeOllama) -> None:
         503,
         "server busy, please try again.  maximum pending requests exceeded",
     )
+    with pytest.raises(ollama.ResponseError):
+        await client.generate(model="llama3.2", prompt="Why?")
+    fake.script.status_error = (400, context_size_error(5000, 4096))  # a refused overflow
     with pytest.raises(ollama.ResponseError):
         await client.generate(model="llama3.2", prompt="Why?")
     fake.script.status_error = None

@@ -52,6 +52,6 @@ def test_forget_model_drops_its_series_from_every_request_family() -> None:
     m.forget_model("gone:latest")
     assert _series_of(registry, "gone:latest") == set()
     assert _series_of(registry, "kept:latest") == registered
-    m.requests["x", "gone:latest", "x"].inc()  # the cache let go of the removed child too
-    gone = {"endpoint": "x", "model": "gone:latest", "status": "x"}
+    m.requests["x", "gone:latest", "x", "x"].inc()  # the cache let go of the removed child too
+    gone = {"endpoint": "x", "model": "gone:latest", "status": "x", "location": "x"}
     assert registry.get_sample_value("ollama_tap_requests_total", gone) == 1

@@ -5,6 +5,8 @@
 // append of a string): it is never parsed as HTML. Nothing runs inline (the CSP is
 // default-src 'self'), so styles are classes and geometry is SVG attributes.
 
+import { truncationBadge } from "./truncation.js";
+
 const API = new URL("api/", document.baseURI);
 const PAGE_SIZE = 50;
 // proxy/exchange.py Outcome, in its order (tests/inspector keeps the two in step).
@@ -634,6 +636,7 @@ function renderRecord(r) {
       " ",
       outcomeBadge(r.outcome),
     ),
+    truncationBadge(r),
     full ? null : h("p", { class: "metadata-mode" }, NOT_KEPT),
     facts([
       ["id", r.id],

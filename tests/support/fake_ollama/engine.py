@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.fake_ollama.context import cloud_model, is_cloud, plan
 from tests.support.fake_ollama.gojson import go_time
 from tests.support.fake_ollama.models import FakeModel, LoadedModel, canonical_name, default_models
 from tests.support.fake_ollama.replies import Refused
@@ -64,6 +65,9 @@ class Engine:
     and inspect them. Runs follow the script with real delays; no model runs."""
 
     version: str = "0.33.0-rc2"
+    context_rules: bool = False
+    """Count prompt tokens and truncate, refuse and shift as Ollama does (context.py);
+    off, prompt_eval_count is the script's."""
 
     def __init__(self) -> None:
         self.script = Script()
@@ -89,6 +93,8 @@ class Engine:
         if not name or not isinstance(name, str):
             raise Refused(400, "model is required")
         model = self.find(name)
+        if model is None and is_cloud(name):
+            return cloud_model(name)
         if model is None:
             raise Refused(404, message.format(name=name))
         return model
@@ -98,15 +104,20 @@ class Engine:
     ) -> Run:
         options: dict[str, Any] = body["options"] if isinstance(body.get("options"), dict) else {}
         num_ctx = options.get("num_ctx") if isinstance(options.get("num_ctx"), int) else None
-        return Run(
-            model, start_ns, keep_alive_seconds(body.get("keep_alive")), num_ctx, think, chat
-        )
+        run = Run(model, start_ns, keep_alive_seconds(body.get("keep_alive")), num_ctx, think, chat)
+        if self.context_rules:
+            run.plan = plan(model, body, num_ctx, chat=chat)
+        return run
 
     def mark_loaded(self, run: Run) -> None:
+        if is_cloud(run.model.name):
+            return  # proxied to ollama.com: no local runner
         lifetime_ns = (1 << 63) - 1 if math.isinf(run.keep_alive) else int(run.keep_alive * 1e9)
         self.loaded[run.model.name] = LoadedModel(
             expires_at_ns=time.time_ns() + lifetime_ns,
-            context_length=run.num_ctx or run.model.context_length,
+            context_length=run.plan.context
+            if run.plan
+            else run.num_ctx or run.model.context_length,
         )
 
     async def produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
@@ -118,6 +129,9 @@ class Engine:
             yield Error(script.status_error[1], script.status_error[0])
             return
         self.mark_loaded(run)
+        if run.plan is not None and run.plan.refusal is not None:
+            yield Error(run.plan.refusal[1], run.plan.refusal[0])
+            return
         await asyncio.sleep(script.queue_delay)
         prefill_ns = time.monotonic_ns()
         await asyncio.sleep(script.prefill_delay)
@@ -151,10 +165,15 @@ class Engine:
         final_ns = time.monotonic_ns()
         on_final = bool(script.tool_calls) and (script.tool_calls_on_final or not run.chat)
         eval_count = script.eval_count if script.eval_count is not None else len(pieces) + on_final
+        prompt_count, full, done_reason = script.prompt_eval_count, None, script.done_reason
+        if (p := run.plan) is not None:
+            eval_count, cut = p.output(eval_count)
+            prompt_count, full = p.kept, p.full
+            done_reason = "length" if cut else done_reason
         metrics = {
             "total_duration": final_ns - run.start_ns,
             "load_duration": loaded_ns - run.start_ns,
-            "prompt_eval_count": script.prompt_eval_count,
+            "prompt_eval_count": prompt_count,
             "prompt_eval_cached_count": script.prompt_eval_cached_count,
             "prompt_eval_duration": (first_ns or final_ns) - prefill_ns,
             "eval_count": eval_count,
@@ -170,13 +189,13 @@ class Engine:
         ids = (
             script.context
             if script.context is not None
-            else list(range(1, script.prompt_eval_count + eval_count + 1))
+            else list(range(1, (prompt_count if full is None else full) + eval_count + 1))
         )
         calls = shaped_tool_calls(script.tool_calls) if on_final and script.tool_calls else None
         return Chunk(
             created_at=go_time(time.time_ns()),
             done=True,
-            done_reason=script.done_reason,
+            done_reason=done_reason,
             tool_calls=calls,
             context=ids if context else None,
             metrics=kept,

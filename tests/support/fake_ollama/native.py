@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from tests.support.fake_ollama.context import embed_counts
 from tests.support.fake_ollama.engine import Engine, Route
 from tests.support.fake_ollama.gojson import epoch_ns, go_json, go_time
 from tests.support.fake_ollama.incoming import json_body
@@ -219,6 +220,9 @@ async def embed(fake: Engine, request: web.Request) -> web.StreamResponse:
         raise Refused(400, "invalid input type")
     run = fake.run(model, body, start_ns, think=False, chat=False)
     loaded_ns = await fake.embed_phases(run)
+    counts = [token_estimate(t) for t in inputs]
+    if fake.context_rules:
+        counts = embed_counts(model, body, inputs, run.num_ctx)
     if not inputs:
         return await gin_json(request, {"model": name, "embeddings": []})
     dimensions = body.get("dimensions")
@@ -230,7 +234,7 @@ async def embed(fake: Engine, request: web.Request) -> web.StreamResponse:
         "embeddings": vectors,
         "total_duration": time.monotonic_ns() - start_ns,
         "load_duration": loaded_ns - start_ns,
-        "prompt_eval_count": sum(token_estimate(t) for t in inputs),
+        "prompt_eval_count": sum(counts),
     }
     return await gin_json(request, {k: v for k, v in reply.items() if v})
 

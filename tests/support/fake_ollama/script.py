@@ -6,10 +6,13 @@ import random
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.support.fake_ollama.gojson import go_time
 from tests.support.fake_ollama.models import FakeModel
+
+if TYPE_CHECKING:
+    from tests.support.fake_ollama.context import Plan
 
 
 @dataclass
@@ -86,6 +89,8 @@ class Run:
     num_ctx: int | None
     think: bool
     chat: bool
+    plan: Plan | None = None
+    """The prompt under Ollama's context rules (context.py), when the engine follows them."""
 
 
 def shaped_tool_calls(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

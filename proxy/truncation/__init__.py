@@ -1,0 +1,1 @@
+"""Truncation and overflow verdicts (docs/diagnoses.md, "Truncation")."""
