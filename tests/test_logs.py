@@ -102,9 +102,8 @@ async def test_serve_logs_readable_lines_with_log_format_console(
         fake_ollama.url, tmp_path / "r.db", "--log-format", "console", capture=True
     )
     try:
-        assert (await send(url, "GET /api/tags HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")).startswith(
-            b"HTTP/1.1 200"
-        )
+        request = "GET /api/tags HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        assert (await send(url, request)).startswith(b"HTTP/1.1 200")
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = await proc.communicate()
