@@ -47,6 +47,14 @@ export function localTime(unixSeconds) {
   );
 }
 
+// In the list: the time of day for today's records, else the date and minute; the title
+// of the cell carries localTime in full.
+export function shortTime(unixSeconds, now = Date.now() / 1000) {
+  const full = localTime(unixSeconds);
+  const sameDay = full.slice(0, 10) === localTime(now).slice(0, 10);
+  return sameDay ? full.slice(11) : full.slice(5, 16);
+}
+
 export function share(part, whole) {
   return whole ? `${Math.round((100 * part) / whole)}%` : "–";
 }

@@ -7,7 +7,9 @@
 
 import { api, clearProblem, setStatus, showProblem } from "./api.js";
 import { $, h } from "./dom.js";
-import { OUTCOMES, count, decodeRate, isCold, localTime, rate, seconds } from "./format.js";
+import {
+  OUTCOMES, count, decodeRate, isCold, localTime, rate, seconds, shortTime,
+} from "./format.js";
 import { summaryStrip } from "./summary.js";
 import { replaceQuery } from "./views.js";
 
@@ -88,7 +90,7 @@ function recordRow(r) {
   const row = h(
     "tr",
     { "data-id": r.id, class: r.outcome === "ok" ? null : "failed" },
-    cell(h("a", { href }, localTime(r.started))),
+    cell(h("a", { href, title: localTime(r.started) }, shortTime(r.started))),
     cell(r.model ?? "–", "model"),
     cell(r.endpoint, "opt-endpoint"),
     cell(count(r.status), "num opt-status"),
