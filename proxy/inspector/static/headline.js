@@ -22,6 +22,10 @@ function longPhase(r, key, name) {
 registerStandout((r) => (isCold(r) ? `cold start: load ${seconds(r.load)}` : null));
 registerStandout((r) => longPhase(r, "queue_wait", "queue"));
 registerStandout((r) => longPhase(r, "prefill", "prefill"));
+registerStandout((r) => {
+  const said = r.error_message;
+  return said ? `Ollama said: ${said.length > 120 ? `${said.slice(0, 119)}…` : said}` : null;
+});
 
 export function headline(r) {
   const good = r.outcome === "ok";

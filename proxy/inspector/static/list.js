@@ -222,6 +222,12 @@ export function initList() {
     setLive();
   });
   for (const th of document.querySelectorAll("#records th[data-sort]")) {
+    th.tabIndex = 0;
     th.addEventListener("click", () => sortBy(th.dataset.sort));
+    th.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter" && event.key !== " ") return;
+      event.preventDefault();
+      sortBy(th.dataset.sort);
+    });
   }
 }
