@@ -98,6 +98,12 @@ class Settings(BaseSettings):
         "'none' disables auth on loopback binds only).",
     )
     log_level: str = Field("info", description="debug, info, warning or error.")
+    # Readable output (issue 21): how the console log is written.
+    log_format: Literal["auto", "console", "json"] = Field(
+        "auto",
+        description="'json': one JSON object a line; 'console': aligned, readable lines; "
+        "'auto': console on a terminal, JSON when stderr is piped or redirected.",
+    )
     tls_cert: Path | None = Field(None, description="PEM certificate to serve HTTPS.")
     tls_key: Path | None = Field(None, description="PEM private key for --tls-cert.")
     relay: Literal["aiohttp", "fast"] = Field(

@@ -1,4 +1,4 @@
-"""structlog set-up: JSON lines on stderr, one event per line."""
+"""structlog set-up: one event a line on stderr, readable on a terminal, JSON otherwise."""
 
 from __future__ import annotations
 
@@ -29,9 +29,35 @@ class RequestBytesFilter(logging.Filter):
 REQUEST_BYTES_FILTER = RequestBytesFilter()
 
 
-def configure(level: str = "info") -> None:
-    """Route structlog and the standard library's loggers (aiohttp's) to JSON lines."""
+def renderer(log_format: str = "json") -> structlog.types.Processor:
+    """The last processor: JSON for log collectors and pipes, aligned text for a person.
+
+    "auto" asks whether stderr is a terminal: a log shipped to a file or a collector stays
+    one JSON object a line, the same events a person watching `serve` reads in columns.
+    """
+    console = log_format == "console" or (log_format == "auto" and sys.stderr.isatty())
+    if console:
+        # Plain tracebacks: rich's would print every frame's locals, a token among them.
+        return structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(),
+            sort_keys=False,
+            exception_formatter=structlog.dev.plain_traceback,
+        )
+    return structlog.processors.JSONRenderer()
+
+
+def _exceptions(render: structlog.types.Processor) -> list[structlog.types.Processor]:
+    # The console renderer prints a traceback itself; JSON needs it as a string field.
+    if isinstance(render, structlog.dev.ConsoleRenderer):
+        return []
+    return [structlog.processors.format_exc_info]
+
+
+def configure(level: str = "info", log_format: str = "json") -> None:
+    """Route structlog and the standard library's loggers (aiohttp's) to stderr, each line
+    rendered by `renderer(log_format)`."""
     numeric = logging.getLevelName(level.upper())
+    render = renderer(log_format)
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -40,8 +66,8 @@ def configure(level: str = "info") -> None:
     structlog.configure(
         processors=[
             *shared,
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            *_exceptions(render),
+            render,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -53,7 +79,7 @@ def configure(level: str = "info") -> None:
             foreign_pre_chain=shared,
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.JSONRenderer(),
+                render,
             ],
         )
     )

@@ -65,7 +65,7 @@ def serve(settings: Settings) -> int:
     grace period); close the upstream session, the poller and the recorder, which drains its
     queue to disk.
     """
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.log_format)
     raise_fd_limit()  # before make_app: the front's connection cap follows from the limit
     app = make_app(settings)
     token = app.get(ADMIN_TOKEN)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
+import sys
 from pathlib import Path
 
 import pytest
+import structlog
 from aiohttp.http_exceptions import LineTooLong
 
 from proxy import logs
@@ -71,3 +74,40 @@ def test_the_filter_keeps_other_records_and_honours_the_level() -> None:
     assert (
         parse.getMessage() == "Error from x: LineTooLong, answered 400 (the request is not quoted)"
     )
+
+
+@pytest.mark.parametrize(
+    ("log_format", "tty", "console"),
+    [("auto", True, True), ("auto", False, False), ("console", False, True), ("json", True, False)],
+)
+def test_the_renderer_follows_the_format_and_the_terminal(
+    monkeypatch: pytest.MonkeyPatch, log_format: str, tty: bool, console: bool
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
+    render = logs.renderer(log_format)
+    assert isinstance(render, structlog.dev.ConsoleRenderer) is console
+    event = render(None, "info", {"event": "exchange", "status": 200, "ttft": 0.25})
+    assert isinstance(event, str)
+    if console:
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", event)  # colours on a terminal
+        assert "exchange" in plain and "status=200" in plain and not plain.startswith("{")
+    else:
+        assert json.loads(event) == {"event": "exchange", "status": 200, "ttft": 0.25}
+
+
+async def test_serve_logs_readable_lines_with_log_format_console(
+    fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    proc, url = await serve(
+        fake_ollama.url, tmp_path / "r.db", "--log-format", "console", capture=True
+    )
+    try:
+        request = "GET /api/tags HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        assert (await send(url, request)).startswith(b"HTTP/1.1 200")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await proc.communicate()
+    lines = stderr.decode().splitlines()
+    listening = next(line for line in lines if "listening" in line)
+    assert "[info" in listening and "port=" in listening and not listening.startswith("{")
+    assert not [line for line in lines if line.startswith("{")]

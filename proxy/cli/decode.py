@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from proxy.cli.figures import find_record
 from proxy.cli.options import add_db_option, add_vocab_options, fail, store_from, vocab_source
 from proxy.config import ConfigError
 from proxy.recorder.schema import SchemaError
@@ -82,9 +83,9 @@ def _recorded(args: argparse.Namespace) -> tuple[list[int], Vocab]:
     """A record's context ids and the vocabulary of the model and digest it was made with."""
     if args.ids:
         raise TokensError("--record reads the ids from the record; pass no ids with it")
-    record = store_from(args).get(args.record)
-    if record is None:
-        raise TokensError(f"no record {args.record!r}; `ollama-tap records list` shows them")
+    record = find_record(store_from(args), args.record)
+    if isinstance(record, str):
+        raise TokensError(record)
     found = context_ids(record)
     if isinstance(found, Unavailable):
         raise TokensError(f"record {args.record} has no context ids: {found.message}")

@@ -10,19 +10,17 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
-from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 import orjson
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
+from proxy.cli.figures import find_record, rate, seconds
+from proxy.cli.listing import print_table
 from proxy.cli.options import add_db_option, add_vocab_options, store_from, vocab_source
+from proxy.cli.showing import head_lines
 from proxy.config import ConfigError
 from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.schema import SchemaError
@@ -33,8 +31,6 @@ from proxy.tokens.errors import StoreError, VocabError
 from proxy.tokens.store import digest_hex
 from proxy.tokens.vocab import Vocab
 
-_COLUMNS = ("id", "started", "method", "endpoint", "model", "status", "outcome", "ttft ms",
-            "duration ms", "tokens in/out")  # fmt: skip
 Command = Callable[[argparse.Namespace], int]
 _TOP = ("request", "response", "timeline", "context", "output", "thinking", "tool_calls")
 
@@ -43,38 +39,16 @@ def _filters(args: argparse.Namespace) -> Filters:
     return Filters(args.model, args.endpoint, args.outcome, args.since, args.until, args.truncated)
 
 
-def _ms(seconds: float | None) -> str:
-    return "" if seconds is None else f"{seconds * 1000:.1f}"
-
-
-def _when(started: float) -> str:
-    return datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     records, _ = store_from(args).page(_filters(args), args.limit)
-    table = Table(
-        title=f"{len(records)} records", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
-    )
-    # One line a record. The id is what `records show` and `decode --record` take: it is
-    # never cut, whatever the terminal's width; the other cells end in "…" when they must.
-    least = {"id": max((len(r["id"]) for r in records), default=2), "method": 4, "status": 3}
-    names = (*_COLUMNS, "truncation") if args.truncated else _COLUMNS
-    for name in names:
-        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=least.get(name))
-    for r in records:
-        tokens = f"{r['prompt_tokens'] or ''}/{r['eval_tokens'] or ''}".strip("/")
-        cells = (
-            r["id"], _when(r["started"]),
-            *(r[k] or "" for k in ("method", "endpoint", "model", "status")),
-            r["outcome"], _ms(r["ttft"]), _ms(r["duration"]), tokens,
-        )  # fmt: skip
-        if args.truncated:
-            verdict = r["truncation"] or {}
-            cells = (*cells, f"{verdict.get('kind', '')} ({verdict.get('rule', '')})")
-        # Text cells: recorded values are printed as text, never read as rich markup.
-        table.add_row(*(Text(str(c)) for c in cells))
-    Console().print(table)
+    if args.json or args.jsonl:
+        # For scripts: every summary field, whole and unformatted (seconds, unix times).
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps(records) + b"\n")
+        else:
+            sys.stdout.buffer.writelines(orjson.dumps(r) + b"\n" for r in records)
+        return 0
+    print_table(records, f"{len(records)} records")
     return 0
 
 
@@ -85,23 +59,25 @@ def timeline_summary(timeline: dict[str, Any]) -> str:
     gaps = [b - a for a, b in pairwise(offsets)]
     kinds = ", ".join(f"{n} {k}" for k, n in Counter(timeline["kinds"]).items())
     text = "" if timeline["texts"] is not None else "; text not stored"
-    line = f"{len(offsets)} pieces ({kinds}), first at {_ms(offsets[0])} ms"
-    line += f", last at {_ms(offsets[-1])} ms"
+    line = f"{len(offsets)} pieces ({kinds}), first at {seconds(offsets[0])}"
+    line += f", last at {seconds(offsets[-1])}"
     if gaps:
-        line += f", gap median {_ms(statistics.median(gaps))} ms, max {_ms(max(gaps))} ms"
+        line += f", gap median {seconds(statistics.median(gaps))}, max {seconds(max(gaps))}"
+    span = offsets[-1] - offsets[0]
+    if span > 0:
+        line += f", {rate((len(offsets) - 1) / span, 'pieces/s')} observed"
     return line + text + ("; text truncated" if timeline["text_truncated"] else "")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    record = store_from(args).get(args.id)
-    if record is None:
-        print(
-            f"ollama-tap: no record {args.id!r}; `ollama-tap records list` shows them.",
-            file=sys.stderr,
-        )
+    record = find_record(store_from(args), args.id)
+    if isinstance(record, str):
+        print(f"ollama-tap: {record}.", file=sys.stderr)
         return 1
-    lines = [f"{key:>16}: {'' if value is None else value}" for key, value in record.items()
-             if key not in _TOP]  # fmt: skip
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
+        return 0
+    lines = head_lines(record, args.id)
     for key in _TOP[:2]:
         if record.get(key):
             lines.append(
@@ -206,13 +182,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = rsub.add_parser("list", help="a table of the newest records")
     _common(p, filters=True)
     p.add_argument("--limit", type=int, default=50, help="most records shown [default: 50]")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="one JSON array, for scripts")
+    shape.add_argument("--jsonl", action="store_true", help="one JSON object a line")
     p.set_defaults(func=_guard(cmd_list))
     p = rsub.add_parser(
         "show", help="every stored field of one record, its timeline and decoded context"
     )
     _common(p, filters=False)
     add_vocab_options(p)
-    p.add_argument("id", help="the record id (first column of `records list`)")
+    p.add_argument("id", help="the record id, whole or short (first column of `records list`)")
+    p.add_argument("--json", action="store_true", help="the stored record as JSON, unformatted")
     p.set_defaults(func=_guard(cmd_show))
     p = rsub.add_parser("export", help="every matching record as JSONL or HAR 1.2")
     _common(p, filters=True)

@@ -112,6 +112,13 @@ class Store:
         rows = self._query("SELECT * FROM records WHERE id = ?", [record_id])
         return full(rows[0]) if rows else None
 
+    def ids_like(self, pattern: str, limit: int = 5) -> list[str]:
+        """Up to `limit` ids matching a LIKE pattern (what a short id stands for), newest first."""
+        rows = self._query(
+            "SELECT id FROM records WHERE id LIKE ? ORDER BY seq DESC LIMIT ?", [pattern, limit]
+        )
+        return [r["id"] for r in rows]
+
     def each(self, filters: Filters) -> Iterator[dict[str, Any]]:
         """Every matching record in full, oldest first, read a page at a time."""
         clauses, params = filters.where()

@@ -198,7 +198,7 @@ def test_cli_list_and_show(
     assert "/api/chat" in table
     first = next(recorded.store.each(Filters()))
     shown = run_cli(capsys, "records", "show", "--db", db, first["id"])
-    assert "server_ttft" in shown
+    assert "server TTFT" in shown and " ms " in shown
     assert "[timeline] 5 pieces (1 thinking, 4 content)" in shown
     assert main(["records", "show", "--db", db, "missing"]) == 1
 
@@ -209,8 +209,13 @@ def test_cli_list_keeps_whole_ids_on_a_narrow_terminal(
     monkeypatch.setenv("COLUMNS", "80")
     table = run_cli(capsys, "records", "list", "--db", str(recorded.store.path))
     assert max(len(line) for line in table.splitlines()) <= 80
-    for record in recorded.store.each(Filters()):
-        assert record["id"] in table  # whole, on one line: it is what `records show` takes
+    rows = table.splitlines()[2:]
+    newest_first = list(recorded.store.each(Filters()))[::-1]
+    for row, record in zip(rows, newest_first, strict=True):
+        # The short id, whole, is what `records show` and `decode --record` take.
+        short = row.split()[0]
+        shown = run_cli(capsys, "records", "show", "--db", str(recorded.store.path), short)
+        assert record["id"] in shown
 
 
 EVIL = "done\x1b]0;pwned\x07\x1b[2K\rforged\u202eevil\x9b"

@@ -1,5 +1,7 @@
 // The truncation badge of one record (docs/diagnoses.md, "Truncation"): the verdict's kind
-// and rule, and its one-line explanation, as text nodes only.
+// and rule, and its one-line explanation, as text nodes only; its kind is also a headline chip.
+
+import { registerStandout } from "./headline.js";
 
 const TITLES = {
   prompt_truncated: "prompt truncated",
@@ -21,3 +23,5 @@ export function truncationBadge(r) {
   badge.append(title, ": ", verdict.explanation ?? "");
   return badge;
 }
+
+registerStandout((r) => (r.truncation ? TITLES[r.truncation.kind] ?? r.truncation.kind : null));

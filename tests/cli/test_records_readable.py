@@ -1,0 +1,158 @@
+"""`records list` and `records show` read by a person (tmux at 80×24) and by a script."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.cli.figures import seconds
+from proxy.exchange import Outcome, Usage
+from proxy.recorder import Recorder
+from proxy.recorder.store import Filters, Store
+from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage, pieces
+
+COLD = Usage(
+    total_duration=9_500_000_000,
+    load_duration=4_200_000_000,
+    prompt_eval_count=3_000,
+    prompt_eval_duration=4_100_000_000,
+    eval_count=40,
+    eval_duration=1_000_000_000,
+    prompt_eval_cached_count=0,
+    has_timings=True,
+)
+
+
+async def _record(tmp_path: Path) -> Path:
+    rec = Recorder(make_settings(tmp_path), CollectorRegistry())
+    await rec.start()
+    long_name = chat_body(model="hf.co/bartowski/Qwen2.5-Coder-32B-Instruct-GGUF:Q4_K_M")
+    drive(rec, exchange(body=chat_body(), usage=native_usage()), pieces(5, start=2.9358))
+    drive(rec, exchange(body=long_name, usage=COLD), pieces(40, start=8.1, gap=0.025))
+    drive(rec, exchange(endpoint="/v1/chat/completions", body=chat_body()), pieces(3))
+    drive(rec, exchange(endpoint="/api/embed", body={"model": "nomic-embed-text"}, streamed=False))
+    for _ in range(8):
+        drive(rec, exchange(body=chat_body(), outcome=Outcome.UPSTREAM_UNREACHABLE, status=502))
+    drive(rec, exchange(body=chat_body(), outcome=Outcome.CLIENT_DISCONNECTED, status=None))
+    await rec.stop()
+    return rec.store.path
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return asyncio.run(_record(tmp_path))
+
+
+def cli(*argv: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    )
+    return done.stdout
+
+
+def in_tmux(tmp_path: Path, argv: list[str]) -> list[str]:
+    """The screen of an 80×24 tmux window once the command has printed."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    sock = str(tmp_path / "tmux.sock")
+    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "LINES", "TMUX"}}
+    done = tmp_path / "done"
+    command = " ".join([sys.executable, "-m", "proxy", *argv]) + f"; touch {done}; sleep 60"
+    tmux = ["tmux", "-S", sock, "-f", "/dev/null"]
+    start = [*tmux, "new-session", "-d", "-x", "80", "-y", "24", command]
+    subprocess.run(start, check=True, env=env, timeout=20)
+    try:
+        for _ in range(300):
+            if done.exists():
+                break
+            time.sleep(0.05)
+        assert done.exists(), "the command did not finish in tmux"
+        screen = subprocess.run(
+            [*tmux, "capture-pane", "-p"], check=True, capture_output=True, text=True, timeout=20
+        ).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False, timeout=20)
+    return screen.rstrip("\n").splitlines()
+
+
+def test_list_at_80x24_shows_every_ttft_and_duration_whole(db: Path, tmp_path: Path) -> None:
+    screen = in_tmux(tmp_path, ["records", "list", "--db", str(db)])
+    records, _ = Store(db).page(Filters())
+    assert screen[0] == f"{len(records)} records"
+    assert max(len(line) for line in screen) <= 80
+    rows = screen[2:]
+    assert len(rows) == len(records)
+    for line, record in zip(rows, records, strict=True):
+        for value in (record["ttft"], record["duration"]):
+            if value is not None:
+                assert f" {seconds(value)}" in line, (line, value)
+    assert "2.94 s" in screen[-1] and ":Q4_K_M" in screen[-2]  # oldest last, its model shortened
+    assert "upstream_unreachable" in "\n".join(screen)  # outcomes are not cut either
+
+
+def test_list_piped_cuts_nothing_and_json_parses(db: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    table = cli("records", "list", "--db", str(db), env=env)
+    assert "…" not in table
+    assert "hf.co/bartowski/Qwen2.5-Coder-32B-Instruct-GGUF:Q4_K_M" in table
+    assert table.splitlines()[1].split() == [
+        "id", "time", "method", "endpoint", "model", "status", "outcome", "ttft", "duration",
+        "load", "tok", "in/out", "decode",
+    ]  # fmt: skip
+    listed = orjson.loads(cli("records", "list", "--db", str(db), "--json"))
+    assert listed == Store(db).page(Filters())[0]
+    lines = cli("records", "list", "--db", str(db), "--jsonl", "--limit", "3").splitlines()
+    assert [orjson.loads(line) for line in lines] == listed[:3]
+
+
+def test_a_short_id_from_the_list_opens_the_record(db: Path) -> None:
+    table = cli("records", "list", "--db", str(db), "--limit", "1")
+    short = table.splitlines()[2].split()[0]
+    newest = Store(db).page(Filters(), 1)[0][0]
+    assert len(short) < len(newest["id"])
+    shown = orjson.loads(cli("records", "show", "--db", str(db), short, "--json"))
+    assert shown == Store(db).get(newest["id"])
+    given = newest["id"][:-2]  # the start of the ids of 1 to 13
+    done = subprocess.run(
+        [sys.executable, "-m", "proxy", "records", "show", "--db", str(db), given],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1 and "is more than one record" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_show_prints_units_local_times_and_rates(db: Path) -> None:
+    cold = next(r for r in Store(db).each(Filters()) if (r["load"] or 0) > 1)
+    shown = cli("records", "show", "--db", str(db), cold["id"])
+    head = shown.splitlines()[0]
+    assert head.startswith("ok · TTFT 8.10 s · decode 40.0 tok/s · cold start (load 4.20 s)")
+    assert "long prefill (4.10 s, 43% of the server time)" in head
+    assert "+00:00" in shown or "T" in shown.split("started: ")[1][:11]
+    for row in ("client TTFT", "8.10 s", "prefill rate", "731.7 tok/s", "prompt tokens"):
+        assert row in shown
+    assert "1.0 KiB" in shown or " B," in shown  # sizes carry units
+    assert "1750000000" not in shown  # no raw unix time
+
+
+def test_show_says_once_why_a_route_has_no_phase_timings(db: Path) -> None:
+    records = list(Store(db).each(Filters()))
+    openai = next(r for r in records if r["endpoint"] == "/v1/chat/completions")
+    shown = cli("records", "show", "--db", str(db), openai["id"])
+    assert shown.count("OpenAI-style routes carry no phase timings") == 1
+    assert "  load " not in shown and "–" not in shown
+    embed = next(r for r in records if r["endpoint"] == "/api/embed")
+    assert "Embeddings have no stream" in cli("records", "show", "--db", str(db), embed["id"])
