@@ -56,6 +56,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # v3: why the request was sent upstream a second time (relay/retry.py), NULL when once.
     ("ALTER TABLE records ADD COLUMN retried TEXT",),
+    # v5: the load event (JSON, proxy/loads/) of a request that triggered or waited for a
+    # model load, NULL for the others.
+    ("ALTER TABLE records ADD COLUMN load_event TEXT",),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -56,6 +56,8 @@ class Filters:
 def summary(row: sqlite3.Row) -> dict[str, Any]:
     out = {name: row[name] for name in SUMMARY}
     out["streamed"] = bool(out["streamed"])
+    if out["load_event"] is not None:
+        out["load_event"] = orjson.loads(out["load_event"])
     return out
 
 

@@ -5,6 +5,8 @@
 // append of a string): it is never parsed as HTML. Nothing runs inline (the CSP is
 // default-src 'self'), so styles are classes and geometry is SVG attributes.
 
+import { loadsRoute } from "./loads.js";
+
 const API = new URL("api/", document.baseURI);
 const PAGE_SIZE = 50;
 // proxy/exchange.py Outcome, in its order (tests/inspector keeps the two in step).
@@ -690,6 +692,7 @@ async function loadRecord(id) {
 // Routing: #/records/<id> shows one record, anything else the list (kept as it was).
 
 function route() {
+  if (loadsRoute()) return;
   const match = /^#\/records\/(.+)$/.exec(location.hash);
   $("#record-view").hidden = !match;
   $("#list-view").hidden = Boolean(match);

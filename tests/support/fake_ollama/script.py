@@ -86,6 +86,10 @@ class Run:
     num_ctx: int | None
     think: bool
     chat: bool
+    options: dict[str, Any] = field(default_factory=dict)
+    shift: bool | None = None
+    keep_alive_set: bool = False
+    """Whether the request carried keep_alive (only then does it change a runner's)."""
 
 
 def shaped_tool_calls(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
