@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config import Settings
 from proxy.exchange import Outcome, Usage
-from proxy.metrics.observer import MetricsObserver
 from proxy.loads.tracker import LoadTracker
+from proxy.metrics.observer import MetricsObserver
 from proxy.names import ModelLabels
 from proxy.upstream import UpstreamPoller
 from tests.support.exchanges import new_exchange
@@ -126,7 +126,9 @@ async def test_first_poll_sets_upstream_and_model_gauges(rig: Rig) -> None:
     assert rig.value("model_vram_bytes", **llama) == 1_500
     assert rig.value("model_size_bytes", **llama) == 2_000
     assert rig.value("model_context_length", **llama) == 4096
-    assert rig.value("model_loads_total", **llama, cause="first_load") == 0, "models loaded before start are a baseline"
+    assert rig.value("model_loads_total", **llama, cause="first_load") == 0, (
+        "models loaded before start are a baseline"
+    )
     info = {"family": "qwen3", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
     assert rig.value("model_info", model="qwen3:8b", **info) == 1
     assert rig.labels.is_known("QWEN3:8B")
@@ -147,7 +149,9 @@ async def test_ps_transitions_count_loads_and_unloads(rig: Rig, fake: FakeOllama
     assert rig.value("model_context_length", model="qwen3:8b") == 8192
     assert rig.poller.context_length("llama3.2") is None
     await rig.poller.poll()
-    assert rig.value("model_loads_total", model="qwen3:8b", cause="first_load") == 1, "no change, no count"
+    assert rig.value("model_loads_total", model="qwen3:8b", cause="first_load") == 1, (
+        "no change, no count"
+    )
 
 
 async def test_a_new_digest_under_the_same_name_is_an_unload_and_a_load(
@@ -158,7 +162,10 @@ async def test_a_new_digest_under_the_same_name_is_an_unload_and_a_load(
     fake.ps = [ps_entry("llama3.2:latest", DIGEST_A2, ctx=8192)]
     await rig.poller.poll()
     llama = {"model": "llama3.2:latest"}
-    assert (rig.value("model_loads_total", **llama, cause="first_load"), rig.value("model_unloads_total", **llama)) == (
+    assert (
+        rig.value("model_loads_total", **llama, cause="first_load"),
+        rig.value("model_unloads_total", **llama),
+    ) == (
         1,
         1,
     )

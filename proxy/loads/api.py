@@ -22,7 +22,9 @@ def add_routes(app: web.Application, tracker: LoadTracker) -> None:
     async def loads(request: web.Request) -> web.Response:
         raw = request.query.get("limit", str(DEFAULT_LIMIT))
         if not raw.isdigit() or not 1 <= int(raw) <= RING:
-            return _json({"error": f"limit must be a whole number from 1 to {RING}, not {raw!r}"}, 400)
+            return _json(
+                {"error": f"limit must be a whole number from 1 to {RING}, not {raw!r}"}, 400
+            )
         events = tracker.recent(request.query.get("model") or None, int(raw))
         return _json({"loads": events})
 

@@ -25,7 +25,6 @@ from proxy.loads.options import (
 from proxy.loads.state import (
     DIED_TEXTS,
     OOM_TEXTS,
-    SLACK,
     UNLOADING,
     Pending,
     Runner,
@@ -213,9 +212,7 @@ class LoadTracker:
             runner.row = row
             self._zeros(runner.name)
 
-    def _gone(
-        self, key: str, runner: Runner, now: float, mono: float, loaders: list[str]
-    ) -> None:
+    def _gone(self, key: str, runner: Runner, now: float, mono: float, loaders: list[str]) -> None:
         runner.resident = False
         if runner.flight:
             return  # being reloaded for a request in flight: its reply tells why

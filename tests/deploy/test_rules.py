@@ -31,6 +31,7 @@ ALERTS = {
     "ContextNearLimit",
     "PartialOffload",
     "RecorderDropping",
+    "ModelThrashing",
 }
 
 

@@ -150,7 +150,7 @@ async def test_a_day_of_two_apps_on_one_box(
     await eventually(lambda: len(proxy.app[LOADS].events) == 6)
     events = await loads(proxy)
     assert [(e["model"], e["cause"], e["client"], e["detail"]) for e in events] == expected
-    first, changed, qwen, evicted, expired, unloaded = events
+    _, changed, qwen, evicted, _, unloaded = events
     assert changed["changes"] == [{"field": "num_ctx", "from": 4096, "to": 8192}]
     assert changed["predicted"] and not any(e["predicted"] for e in events if e is not changed)
     assert (qwen["evicted"], evicted["evicted"], evicted["by"]) == ([LLAMA], [QWEN], QWEN)
@@ -169,12 +169,16 @@ async def test_a_day_of_two_apps_on_one_box(
         if e["model"] == LLAMA:
             causes[e["cause"]] += 1
     for cause, count in causes.items():
-        assert proxy.sample("ollama_tap_model_loads_total", {"model": LLAMA, "cause": cause}) == count
+        assert (
+            proxy.sample("ollama_tap_model_loads_total", {"model": LLAMA, "cause": cause}) == count
+        )
     assert proxy.sample("ollama_tap_model_loads_total", {"model": QWEN, "cause": "first_load"}) == 1
     assert proxy.sample("ollama_tap_model_loads_total", {"model": QWEN, "cause": "evicted"}) == 0
     for model, by in ((LLAMA, QWEN), (QWEN, LLAMA)):
         assert proxy.sample("ollama_tap_model_evictions_total", {"model": model, "by": by}) == 1
-    assert proxy.sample("ollama_tap_reload_predicted_total", {"model": LLAMA, "field": "num_ctx"}) == 1
+    assert (
+        proxy.sample("ollama_tap_reload_predicted_total", {"model": LLAMA, "field": "num_ctx"}) == 1
+    )
 
     # Each triggering record carries its load event.
     recs = await records_with_loads(proxy, 6)
@@ -196,21 +200,27 @@ async def test_a_day_of_two_apps_on_one_box(
     await page.evaluate("location.hash = '#/loads'")
     await page.wait_for("document.querySelector('#loads-view')?.dataset.loaded === '6'")
     marks = await page.evaluate(
-        "[...document.querySelectorAll('svg.loads-timeline .load-mark')]"
-        ".map(m => [m.dataset.id, m.classList[1], m.getAttribute('fill'), m.parentNode.getAttribute('href')])"
+        "[...document.querySelectorAll('svg.loads-timeline .load-mark')].map(m => [m.dataset.id,"
+        " m.classList[1], m.getAttribute('fill'), m.parentNode.getAttribute('href')])"
     )
     by_id = {e["id"]: e for e in events}
     assert sorted(m[0] for m in marks) == sorted(by_id)
-    for mark_id, cls, fill, href in marks:
+    for mark_id, cls, _, href in marks:
         assert cls == f"cause-{by_id[mark_id]['cause']}"
         assert href == f"#/records/{by_id[mark_id]['request']}"
     colours = {m[1]: m[2] for m in marks}
     assert len(set(colours.values())) == len(colours), "one colour per cause"
     rows = await page.evaluate(
-        "[...document.querySelectorAll('#loads-table tbody tr')].map(r => [...r.cells].map(c => c.textContent))"
+        "[...document.querySelectorAll('#loads-table tbody tr')]"
+        ".map(r => [...r.cells].map(c => c.textContent))"
     )
     assert [(r[1], r[2], r[4]) for r in rows[::-1]] == [(m, c, a) for m, c, a, _ in expected]
-    assert await page.evaluate("document.querySelectorAll('svg.loads-timeline text.model-name').length") == 2
+    assert (
+        await page.evaluate(
+            "document.querySelectorAll('svg.loads-timeline text.model-name').length"
+        )
+        == 2
+    )
     await page.click(f"#loads-table tbody tr[data-id='{changed['id']}'] a")
     await page.wait_for(f"location.hash === '#/records/{changed['request']}'")
     await page.wait_for("!document.querySelector('#record-view').hidden")

@@ -195,4 +195,8 @@ class Scheduler:
     def options_of(self, name: str) -> dict[str, Any] | None:
         """The resident runner's num_ctx and shift (for a test's assertions)."""
         runner = self.runners.get(name)
-        return None if runner is None else {"num_ctx": runner.options.num_ctx, "shift": runner.options.shift}
+        return (
+            None
+            if runner is None
+            else {"num_ctx": runner.options.num_ctx, "shift": runner.options.shift}
+        )
