@@ -259,8 +259,15 @@ class LoadTracker:
             elif p.id not in cur.waited:
                 cur.waited.append(p.id)
             return cur
-        event = self._new_event(runner, p, p.wall, start, source="reply")
-        event.load_duration = seconds
+        # An earlier request still waiting, that found the runner as this one did, waits
+        # for the same load: it is the trigger.
+        earlier = [q for q in runner.flight.values() if q.started < start and _alike(q, p)]
+        trigger = min(earlier, key=lambda q: q.started) if earlier else p
+        event = self._new_event(runner, trigger, trigger.wall, trigger.started, source="reply")
+        if trigger is p:
+            event.load_duration = seconds
+        else:
+            event.waited.append(p.id)
         event.noticed = start + (seconds or 0.0)
         runner.fresh = event
         self.upstream.poke_ps()
@@ -352,3 +359,8 @@ class LoadTracker:
                 if len(out) >= limit:
                     break
         return out
+
+
+def _alike(a: Pending, b: Pending) -> bool:
+    """Two requests that found their runner alike (resident or not, the same changes)."""
+    return a.resident == b.resident and [c.text for c in a.changes] == [c.text for c in b.changes]
