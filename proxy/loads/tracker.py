@@ -137,6 +137,10 @@ class LoadTracker:
             role = "trigger" if event.request == p.id else "waited"
             ex.metadata[RECORD_KEY] = {**event.as_json(), "role": role}
         self._after(runner, p, ex)
+        if not runner.flight and not runner.seen:
+            # Never loaded (a name Ollama refused, a failed request): nothing to keep, and
+            # names a client makes up must not pile up here.
+            self._runners.pop(p.key, None)
 
     def error(self, ex: Exchange) -> None:
         self.response(ex)
@@ -326,7 +330,9 @@ class LoadTracker:
         alias = f"name:{model_key(row.name)}"
         if key != alias and alias in self._runners and key not in self._runners:
             # Seen by name before /api/tags told its digest: one runner.
-            self._runners[key] = self._runners.pop(alias)
+            runner = self._runners[key] = self._runners.pop(alias)
+            for pending in runner.flight.values():
+                pending.key = key
         return key
 
     def _runner(self, key: str, name: str) -> Runner:

@@ -214,3 +214,9 @@ def test_cloud_models_are_left_out(rig: Rig) -> None:
     rig.end(ex, 3.0)
     assert list(rig.tracker.events) == []
     assert RECORD_KEY not in ex.metadata
+
+
+def test_requests_for_models_never_loaded_leave_nothing_behind(rig: Rig) -> None:
+    for n in range(100):
+        rig.end(rig.start(f"typo-{n}"), 0.0, outcome=Outcome.UPSTREAM_ERROR)
+    assert rig.tracker._runners == {}
