@@ -46,6 +46,8 @@ class Pending:
     """The runner was resident (and not idle past its expiry) when the request arrived."""
     changes: list[Change] = field(default_factory=list)
     """The predicted reload's fields (L2 applied before forwarding)."""
+    behind: bool = False
+    """It arrived while its runner was away with requests in flight (a load under way)."""
 
 
 @dataclass(slots=True)

@@ -112,6 +112,8 @@ class LoadTracker:
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
         p = Pending(ex.id, key, model, ex.client, ex.endpoint, ex.started, ex.started_wall,
                     opts, runner.resident)  # fmt: skip
+        # Not resident while requests for it are in flight: a load is under way.
+        p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
             ctx = runner.row.context_length if runner.row is not None else None
             p.changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
@@ -252,11 +254,13 @@ class LoadTracker:
         """A reply that waited for a load: the load under way (L0: concurrent cold requests
         are one load, the earliest its trigger), or a new one."""
         cur, start = runner.current, p.started
+        if cur is not None and (cur.request == p.id or p.id in cur.waited):
+            if cur.request == p.id:
+                cur.load_duration = seconds  # the trigger, made by a waiter or /api/ps
+            return cur
         # One load when the request arrived before it was over and wants the same options.
         if cur is not None and not p.changes and start < cur.window_end(0.0):
-            if cur.request == p.id:
-                cur.load_duration = seconds
-            elif cur.request is not None and start < cur.started:
+            if cur.request is not None and start < cur.started:
                 cur.waited.append(cur.request)
                 self._trigger(cur, p)
                 cur.load_duration = seconds
@@ -265,7 +269,9 @@ class LoadTracker:
             return cur
         # An earlier request still waiting, that found the runner as this one did, waits
         # for the same load: it is the trigger.
-        earlier = [q for q in runner.flight.values() if q.started < start and _alike(q, p)]
+        earlier = [
+            q for q in runner.flight.values() if q.started < start and (p.behind or _alike(q, p))
+        ]
         trigger = min(earlier, key=lambda q: q.started) if earlier else p
         event = self._new_event(runner, trigger, trigger.wall, trigger.started, source="reply")
         if trigger is p:

@@ -220,3 +220,21 @@ def test_requests_for_models_never_loaded_leave_nothing_behind(rig: Rig) -> None
     for n in range(100):
         rig.end(rig.start(f"typo-{n}"), 0.0, outcome=Outcome.UPSTREAM_ERROR)
     assert rig.tracker._runners == {}
+
+
+def test_a_request_that_arrives_during_a_reload_waits_for_it(rig: Rig) -> None:
+    rig.end(rig.start(A, options={"num_ctx": 4096}), 2.0)
+    rig.ps({A: 4096})
+    now = rig.clock
+    reload = rig.start(A, options={"num_ctx": 8192}, at=now)
+    rig.ps({})  # the old runner went; the new one is loading
+    behind = rig.start(A, options={"num_ctx": 8192}, at=now + 0.3)
+    rig.end(behind, 1.2)
+    rig.end(reload, 1.3)
+    assert rig.causes() == [(A, "first_load"), (A, "options_changed")]
+    event = rig.tracker.events[1]
+    assert (event.request, event.waited, event.detail) == (
+        reload.id,
+        [behind.id],
+        "num_ctx 4096 → 8192",
+    )
