@@ -559,6 +559,55 @@ def models() -> list[Panel]:
     ]
 
 
+def loads() -> list[Panel]:
+    """Why models (re)load, who makes room for whom, and the time it costs (proxy/loads/)."""
+    m = sel(endpoint=False)
+    bars = {"custom": {"drawStyle": "bars", "fillOpacity": 80, "stacking": {"mode": "normal"}}}
+    return [
+        Panel(
+            "Loads by cause",
+            "Load events per interval by inferred cause: options_changed and evicted are "
+            "thrashing (alert ModelThrashing); `ollama-tap loads` names the app behind each.",
+            "short",
+            [Target(per_bar("ollama_tap_model_loads_total", "cause", m), "{{cause}}")],
+            defaults=bars,
+            interval=BAR_STEP,
+        ),
+        Panel(
+            "Evictions",
+            "Models that left /api/ps unexpired while another model loaded, per interval.",
+            "short",
+            [
+                Target(
+                    per_bar("ollama_tap_model_evictions_total", "model, by", m),
+                    "{{model}} by {{by}}",
+                )
+            ],
+            defaults=bars,
+            interval=BAR_STEP,
+        ),
+        Panel(
+            "Time lost to loads",
+            "Seconds requests waited for a model load per interval (Ollama's load_duration "
+            "summed over replies), and the requests predicted to reload a resident runner.",
+            "s",
+            [
+                Target(increase("ollama_tap_load_duration_seconds_sum", "model", m), "{{model}}"),
+                Target(
+                    increase("ollama_tap_reload_predicted_total", "model, field", m),
+                    "predicted reloads {{model}} ({{field}})",
+                ),
+            ],
+            overrides=[
+                {
+                    "matcher": {"id": "byRegexp", "options": "predicted.*"},
+                    "properties": [{"id": "unit", "value": "short"}],
+                }
+            ],
+        ),
+    ]
+
+
 def health() -> list[Panel]:
     p = sel(model=False, endpoint=False)
     return [
@@ -645,6 +694,7 @@ ROWS = {
     "Throughput": throughput,
     "Context": context,
     "Models": models,
+    "Loads": loads,
     "Proxy health": health,
 }
 

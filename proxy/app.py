@@ -13,6 +13,8 @@ from proxy.config import Settings
 from proxy.hooks import Hooks
 from proxy.hostcheck import host_check, local_addresses
 from proxy.inspector import add_routes as add_inspector_routes
+from proxy.loads.api import add_routes as add_loads_routes
+from proxy.loads.tracker import LoadTracker
 from proxy.metrics.observer import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
 from proxy.recorder import Recorder
@@ -28,6 +30,7 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 HOOKS = web.AppKey("hooks", Hooks)
 POLLER = web.AppKey("poller", UpstreamPoller)
 RECORDER = web.AppKey("recorder", Recorder)
+LOADS = web.AppKey("loads", LoadTracker)
 ADMIN_TOKEN = web.AppKey("admin_token", str)
 VOCABS = web.AppKey("vocabs", VocabCache)
 """Vocabularies by model digest, for the read API's decoded `context` (never the hot path)."""
@@ -99,11 +102,13 @@ def make_app(
     recorder = Recorder(settings, registry, digest_of=poller.digest_of, spelling=labels.spelling)
     metrics = [MetricsObserver(registry, labels, poller)] if settings.metrics else []
     truncation = TruncationObserver(registry, labels, poller)
+    loads = LoadTracker(registry, labels, poller)
+    poller.on_ps(loads.ps)
     # The labels first: a reply head that proves a name does so before the others look;
-    # the truncation verdict before the recorder, whose row carries it.
-    builtin = [labels, *metrics, truncation, recorder, AccessLog(labels.label)]
+    # the truncation verdict and the loads before the recorder, whose row carries both.
+    builtin = [labels, *metrics, truncation, loads, recorder, AccessLog(labels.label)]
     hooks = Hooks([*builtin, *observers], registry)
-    app[POLLER], app[RECORDER], app[HOOKS] = poller, recorder, hooks
+    app[POLLER], app[RECORDER], app[HOOKS], app[LOADS] = poller, recorder, hooks, loads
     app[VOCABS] = _vocab_cache(app, settings)
 
     app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
@@ -111,6 +116,7 @@ def make_app(
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
+    add_loads_routes(app, loads)
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.
     app.router.add_route("*", "/_tap/{tail:.*}", auth.tap_not_found)

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
@@ -16,8 +15,13 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config import Settings
 from proxy.metrics.registered import UpstreamMetrics
-from proxy.names import ModelLabels, is_valid_name, model_key, valid_key
+from proxy.names import ModelLabels, model_key, valid_key
 from proxy.ollama.payloads import count_or_none, count_or_zero, dict_or_none, str_or_empty
+from proxy.ollama.state import LoadedModel, LocalModel, go_time, same_model
+from proxy.ollama.state import entries as rows_of
+
+PsListener = Callable[["dict[str, LoadedModel] | None"], None]
+"""Told each /api/ps snapshot (by model key), or None when Ollama stopped answering."""
 
 POLL_TIMEOUT: Final = aiohttp.ClientTimeout(total=10, sock_connect=3)
 """Polls, not proxied traffic: a slow answer is a failed poll, retried next interval."""
@@ -30,26 +34,6 @@ log = structlog.get_logger("ollama_tap.upstream")
 
 class PollError(Exception):
     """One read of the upstream failed (unreachable, status, or not the JSON expected)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedModel:
-    """One /api/ps entry."""
-
-    label: str
-    digest: str
-    size: int
-    size_vram: int
-    context_length: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class LocalModel:
-    """One /api/tags entry."""
-
-    label: str
-    name: str
-    digest: str
 
 
 class UpstreamPoller:
@@ -83,6 +67,9 @@ class UpstreamPoller:
         self._tags: dict[str, LocalModel] = {}
         self._loaded: dict[str, LoadedModel] | None = None
         self._shown: dict[str, tuple[str, str, str]] = {}
+        self._train: dict[str, int] = {}
+        """Training context (`<arch>.context_length` of /api/show) by digest cache key."""
+        self._ps_listeners: list[PsListener] = []
         self._info: dict[str, tuple[str, str, str, str]] = {}
         self._tags_lock = asyncio.Lock()
         self._ps_lock = asyncio.Lock()
@@ -139,6 +126,26 @@ class UpstreamPoller:
         entry = self._loaded_entry(model)
         return entry.digest if entry is not None and entry.digest else None
 
+    @property
+    def version(self) -> str | None:
+        """Ollama's version per the last /api/version read."""
+        return self._version
+
+    def on_ps(self, listener: PsListener) -> None:
+        """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
+        self._ps_listeners.append(listener)
+
+    def model_facts(self, model: str | None) -> tuple[str, int | None]:
+        """The family and the training context of a model per its /api/show ("", None when
+        not shown yet)."""
+        valid = valid_key(model) if isinstance(model, str) else None
+        local = self._tags.get(valid[0]) if valid is not None else None
+        if local is None:
+            return "", None
+        cache_key = local.digest or f"name:{valid[0] if valid else ''}"
+        details = self._shown.get(cache_key)
+        return (details[0] if details else ""), self._train.get(cache_key)
+
     def poke_ps(self, then: Callable[[], None] | None = None) -> None:
         """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx; call
         `then` once that read has ended (read or failed), or at once if none can be made."""
@@ -162,6 +169,7 @@ class UpstreamPoller:
             self._set_up(False, str(exc))
             async with self._ps_lock:  # a poked read in flight must not bring them back
                 self._forget_loaded()
+                self._tell_ps(None)
             return
         version = str(reply.get("version", ""))
         self._set_up(True, version)
@@ -173,7 +181,7 @@ class UpstreamPoller:
         async with self._tags_lock:
             if (data := await self._poll("api/tags")) is None:
                 return
-            entries = _entries(data)
+            entries = rows_of(data)
             self.labels.set_known("tags", (name for name, _ in entries))
             self._tags = {
                 model_key(name): LocalModel(
@@ -197,7 +205,7 @@ class UpstreamPoller:
             return None
 
     def _take_ps(self, data: dict[str, Any]) -> None:
-        entries = _entries(data)
+        entries = rows_of(data)
         self.labels.set_known("ps", (name for name, _ in entries))
         loaded = {model_key(name): self._loaded_model(name, e) for name, e in entries}
         self._count_transitions(loaded)
@@ -210,6 +218,16 @@ class UpstreamPoller:
             else:
                 self._remove_gauges(entry.label, self.m.context_length)
         self._loaded = loaded
+        self._tell_ps(loaded)
+
+    def _tell_ps(self, loaded: dict[str, LoadedModel] | None) -> None:
+        for listener in self._ps_listeners:
+            try:
+                listener(loaded)
+            except Exception:
+                # A listener's fault must not stop the gauges of the next snapshot.
+                self.m.poll_errors.inc()
+                log.exception("ps_listener_failed")
 
     @property
     def _model_gauges(self) -> tuple[Any, ...]:
@@ -223,7 +241,7 @@ class UpstreamPoller:
 
     def _forget_model(self, label: str) -> None:
         """A freed label slot: the counters and the 0 `model_loaded` an unload left go too."""
-        self._remove_gauges(label, self.m.loaded, self.m.loads, self.m.unloads)
+        self._remove_gauges(label, self.m.loaded, self.m.unloads)
 
     @staticmethod
     def _remove_gauges(label: str, *gauges: Any) -> None:
@@ -238,22 +256,23 @@ class UpstreamPoller:
             size=count_or_zero(e.get("size")),
             size_vram=count_or_zero(e.get("size_vram")),
             context_length=count_or_none(e.get("context_length")),
+            name=name,
+            expires_at=go_time(e.get("expires_at")),
         )
 
     def _count_transitions(self, loaded: dict[str, LoadedModel]) -> None:
         # The first read is a baseline: models loaded before the proxy started are not loads
         # it saw, but their counters start at 0 so increase() sees the first real one.
         # A new digest under the same name (pulled again, then used) is the old model
-        # unloaded and the new one loaded.
+        # unloaded and the new one loaded. Loads are counted, with their cause, by the
+        # load tracker (proxy/loads/), which also sees loads that fall between two reads.
         before = self._loaded
         for key, entry in loaded.items():
-            counter = self.m.loads.labels(entry.label)
             self.m.unloads.labels(entry.label)
-            if before is not None and not _same_model(before.get(key), entry):
-                counter.inc()
+            if before is not None and not same_model(before.get(key), entry):
                 log.info("model_loaded", model=entry.label, digest=entry.digest)
         for key, entry in (before or {}).items():
-            if not _same_model(entry, loaded.get(key)):
+            if not same_model(entry, loaded.get(key)):
                 self.m.unloads.labels(entry.label).inc()
                 log.info("model_unloaded", model=entry.label, digest=entry.digest)
                 if key not in loaded:
@@ -267,30 +286,37 @@ class UpstreamPoller:
             if details is None:
                 if self._show_retry.get(cache_key, 0.0) > time.monotonic():
                     continue
-                details = await self._show(local.name)
-                if details is None:
+                shown = await self._show(local.name)
+                if shown is None:
                     self._show_retry[cache_key] = time.monotonic() + SHOW_RETRY
                     continue
+                details, train = shown
                 self._shown[cache_key] = details
+                if train is not None:
+                    self._train[cache_key] = train
             self._set_info(key, (local.label, *details))
         for key in self._info.keys() - self._tags.keys():
             self.m.model_info.remove(*self._info.pop(key))
         current = {t.digest or f"name:{k}" for k, t in self._tags.items()}
         self._shown = {k: v for k, v in self._shown.items() if k in current}
+        self._train = {k: v for k, v in self._train.items() if k in current}
         self._show_retry = {k: v for k, v in self._show_retry.items() if k in current}
 
-    async def _show(self, name: str) -> tuple[str, str, str] | None:
+    async def _show(self, name: str) -> tuple[tuple[str, str, str], int | None] | None:
         try:
             data = await self._read("POST", "api/show", {"model": name})
         except PollError as exc:
             log.debug("poll_failed", error=str(exc))
             return None
         d = dict_or_none(data.get("details")) or {}
-        return (
+        info = dict_or_none(data.get("model_info")) or {}
+        arch = str_or_empty(info.get("general.architecture"))
+        details = (
             str_or_empty(d.get("family")),
             str_or_empty(d.get("parameter_size")),
             str_or_empty(d.get("quantization_level")),
         )
+        return details, count_or_none(info.get(f"{arch}.context_length")) if arch else None
 
     def _set_info(self, key: str, labels: tuple[str, str, str, str]) -> None:
         previous = self._info.get(key)
@@ -373,22 +399,3 @@ class UpstreamPoller:
         self._pending[kind] = task
         task.add_done_callback(lambda _: self._pending.pop(kind, None))
         return task
-
-
-def _same_model(a: LoadedModel | None, b: LoadedModel | None) -> bool:
-    """Whether two /api/ps entries of a name are the same loaded model (digests, when both
-    are known, must agree)."""
-    if a is None or b is None:
-        return a is b
-    return not (a.digest and b.digest and a.digest != b.digest)
-
-
-def _entries(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(name, entry) for each well-formed entry of a /api/tags or /api/ps reply."""
-    models = data.get("models")
-    out: list[tuple[str, dict[str, Any]]] = []
-    for entry in models if isinstance(models, list) else []:
-        name = entry.get("name") or entry.get("model") if isinstance(entry, dict) else None
-        if isinstance(name, str) and is_valid_name(name):
-            out.append((name, entry))
-    return out

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from proxy.config import Settings
 from proxy.exchange import Outcome, Usage
+from proxy.loads.tracker import LoadTracker
 from proxy.metrics.observer import MetricsObserver
 from proxy.names import ModelLabels
 from proxy.upstream import UpstreamPoller
@@ -92,6 +93,9 @@ class Rig:
         self.labels = ModelLabels(10)
         settings = Settings.model_validate({"upstream": upstream, "poll_interval": 0.05})
         self.poller = UpstreamPoller(settings, self.registry, self.labels, session=session)
+        # Loads are counted, with their cause, by the load tracker the app plugs in.
+        self.loads = LoadTracker(self.registry, self.labels, self.poller)
+        self.poller.on_ps(self.loads.ps)
 
     def value(self, name: str, **labels: str) -> float | None:
         return self.registry.get_sample_value(f"ollama_tap_{name}", labels)
@@ -122,7 +126,9 @@ async def test_first_poll_sets_upstream_and_model_gauges(rig: Rig) -> None:
     assert rig.value("model_vram_bytes", **llama) == 1_500
     assert rig.value("model_size_bytes", **llama) == 2_000
     assert rig.value("model_context_length", **llama) == 4096
-    assert rig.value("model_loads_total", **llama) == 0, "models loaded before start are a baseline"
+    assert rig.value("model_loads_total", **llama, cause="first_load") == 0, (
+        "models loaded before start are a baseline"
+    )
     info = {"family": "qwen3", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
     assert rig.value("model_info", model="qwen3:8b", **info) == 1
     assert rig.labels.is_known("QWEN3:8B")
@@ -136,14 +142,16 @@ async def test_ps_transitions_count_loads_and_unloads(rig: Rig, fake: FakeOllama
     await rig.poller.poll()
     fake.ps = [ps_entry("qwen3:8b", DIGEST_B, ctx=8192, vram=1_000)]
     await rig.poller.poll()
-    assert rig.value("model_loads_total", model="qwen3:8b") == 1
+    assert rig.value("model_loads_total", model="qwen3:8b", cause="first_load") == 1
     assert rig.value("model_unloads_total", model="llama3.2:latest") == 1
     assert rig.value("model_loaded", model="llama3.2:latest") == 0
     assert rig.value("model_vram_bytes", model="llama3.2:latest") is None
     assert rig.value("model_context_length", model="qwen3:8b") == 8192
     assert rig.poller.context_length("llama3.2") is None
     await rig.poller.poll()
-    assert rig.value("model_loads_total", model="qwen3:8b") == 1, "no change, no count"
+    assert rig.value("model_loads_total", model="qwen3:8b", cause="first_load") == 1, (
+        "no change, no count"
+    )
 
 
 async def test_a_new_digest_under_the_same_name_is_an_unload_and_a_load(
@@ -154,7 +162,10 @@ async def test_a_new_digest_under_the_same_name_is_an_unload_and_a_load(
     fake.ps = [ps_entry("llama3.2:latest", DIGEST_A2, ctx=8192)]
     await rig.poller.poll()
     llama = {"model": "llama3.2:latest"}
-    assert (rig.value("model_loads_total", **llama), rig.value("model_unloads_total", **llama)) == (
+    assert (
+        rig.value("model_loads_total", **llama, cause="first_load"),
+        rig.value("model_unloads_total", **llama),
+    ) == (
         1,
         1,
     )
@@ -225,7 +236,7 @@ async def test_one_ps_read_at_a_time(
     await asyncio.sleep(0.05)
     first_reply.set()
     await asyncio.gather(first, second)
-    assert rig.value("model_loads_total", model="qwen3:8b") == 1
+    assert rig.value("model_loads_total", model="qwen3:8b", cause="first_load") == 1
     assert rig.value("model_unloads_total", model="qwen3:8b") == 0
     assert rig.value("model_loaded", model="qwen3:8b") == 1
 
@@ -277,7 +288,7 @@ async def test_failing_upstream_is_down_and_counted(rig: Rig, fake: FakeOllama) 
     await rig.poller.poll()
     assert rig.value("upstream_up") == 1
     assert rig.value("model_loaded", model="llama3.2:latest") == 1
-    assert rig.value("model_loads_total", model="llama3.2:latest") == 0
+    assert rig.value("model_loads_total", model="llama3.2:latest", cause="first_load") == 0
 
 
 def free_port() -> int:

@@ -209,10 +209,6 @@ MODEL_CONTEXT_LENGTH: Final = _gauge(
     "ollama_tap_model_context_length", (M,),
     "Runtime context (num_ctx) per /api/ps.",
 )
-MODEL_LOADS: Final = _counter(
-    "ollama_tap_model_loads_total", (M,),
-    "Models appearing in /api/ps.",
-)
 MODEL_UNLOADS: Final = _counter(
     "ollama_tap_model_unloads_total", (M,),
     "Models leaving /api/ps.",
@@ -220,6 +216,21 @@ MODEL_UNLOADS: Final = _counter(
 MODEL_INFO: Final = _gauge(
     "ollama_tap_model_info", (M, "family", "parameter_size", "quantization"),
     "Model details per /api/show (=1).",
+)
+
+# --- The load tracker's (proxy/loads/)
+
+MODEL_LOADS: Final = _counter(
+    "ollama_tap_model_loads_total", (M, "cause"),
+    "Load events (a reply's load_duration > 1 s, or a model new in /api/ps), by inferred cause.",
+)
+MODEL_EVICTIONS: Final = _counter(
+    "ollama_tap_model_evictions_total", (M, "by"),
+    "Models that left /api/ps unexpired while another model (`by`) loaded.",
+)
+RELOAD_PREDICTED: Final = _counter(
+    "ollama_tap_reload_predicted_total", (M, "field"),
+    "Requests whose runner options differ from the resident runner's, by field, before forwarding.",
 )
 
 # --- The recorder's, and the hooks'

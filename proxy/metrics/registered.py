@@ -35,7 +35,6 @@ from proxy.metrics.families import (
     MODEL_CONTEXT_LENGTH,
     MODEL_INFO,
     MODEL_LOADED,
-    MODEL_LOADS,
     MODEL_SIZE,
     MODEL_UNLOADS,
     MODEL_VRAM,
@@ -198,7 +197,6 @@ class UpstreamMetrics:
         self.vram = gauge(r, MODEL_VRAM)
         self.size = gauge(r, MODEL_SIZE)
         self.context_length = gauge(r, MODEL_CONTEXT_LENGTH)
-        self.loads = counter(r, MODEL_LOADS)
         self.unloads = counter(r, MODEL_UNLOADS)
         self.model_info = gauge(r, MODEL_INFO)
 

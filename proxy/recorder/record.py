@@ -38,7 +38,7 @@ COLUMNS: Final = (
     "decode", "total", "duration",
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
-    "truncation", "nbytes", "doc", "timeline",
+    "truncation", "load_event", "nbytes", "doc", "timeline",
 )  # fmt: skip
 ROW_OVERHEAD: Final = 256
 """Rough bytes of a row's scalar columns and index entries, for size-based retention."""
@@ -113,6 +113,15 @@ def _doc(ex: Exchange, cap: Capture, full: bool, context: list[int] | None) -> d
     return doc
 
 
+def _load_event(ex: Exchange, full: bool) -> str | None:
+    """The load event the load tracker put on the exchange; the client address only in
+    full mode, as the `client` column."""
+    event: dict[str, Any] | None = ex.metadata.get("load_event")
+    if event is None:
+        return None
+    return orjson.dumps(event if full else {**event, "client": None}).decode()
+
+
 def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
     """The row for one finished exchange, as the privacy mode allows."""
     full = mode is RecordMode.FULL
@@ -146,6 +155,7 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
         "error_message": ex.error_message,
         "retried": None if ex.retried is None else ex.retried.value,
         "truncation": _truncation(ex),
+        "load_event": _load_event(ex, full),
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
         "doc": doc,
         "timeline": timeline,

@@ -62,6 +62,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE records ADD COLUMN truncation TEXT",
         "CREATE INDEX records_truncated ON records(seq) WHERE truncation IS NOT NULL",
     ),
+    # v5: the load event (JSON, proxy/loads/) of a request that triggered or waited for a
+    # model load, NULL for the others.
+    ("ALTER TABLE records ADD COLUMN load_event TEXT",),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

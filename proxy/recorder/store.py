@@ -61,6 +61,8 @@ def summary(row: sqlite3.Row) -> dict[str, Any]:
     out = {name: row[name] for name in SUMMARY}
     out["streamed"] = bool(out["streamed"])
     out["truncation"] = orjson.loads(out["truncation"]) if out["truncation"] else None
+    if out["load_event"] is not None:
+        out["load_event"] = orjson.loads(out["load_event"])
     return out
 
 

@@ -53,6 +53,8 @@ JOB = "ollama-tap"
 MAY_BE_EMPTY = {
     "ollama_tap_observer_errors_total": "no observer fails here",
     "ollama_tap_model_unloads_total": "an unload shows only if a poll lands between two calls",
+    "ollama_tap_model_evictions_total": "one model at a time here: nothing is evicted",
+    "ollama_tap_reload_predicted_total": "no request here asks a resident model for other options",
 }
 
 

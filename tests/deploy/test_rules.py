@@ -32,6 +32,7 @@ ALERTS = {
     "PartialOffload",
     "RecorderDropping",
     "PromptsTruncated",
+    "ModelThrashing",
 }
 
 

@@ -7,6 +7,7 @@
 // registerView, imported below, and a link in index.html's nav.
 
 import { showRecord } from "./detail.js";
+import "./loads.js";
 import { hideList, initList, showList } from "./list.js";
 import { registerView, startRouter } from "./views.js";
 

@@ -16,6 +16,7 @@ from tests.support.fake_ollama.context import cloud_model, is_cloud, plan
 from tests.support.fake_ollama.gojson import go_time
 from tests.support.fake_ollama.models import FakeModel, LoadedModel, canonical_name, default_models
 from tests.support.fake_ollama.replies import Refused
+from tests.support.fake_ollama.scheduler import Scheduler
 from tests.support.fake_ollama.script import (
     Chunk,
     Error,
@@ -74,6 +75,11 @@ class Engine:
         self.models: dict[str, FakeModel] = default_models()
         self.loaded: dict[str, LoadedModel] = {}
         self.blobs: dict[str, bytes] = {}
+        self.scheduler: Scheduler | None = None
+        """Ollama's scheduler rules (scheduler.py) when set; else a run just marks its model
+        loaded."""
+        self.default_keep_alive = 300.0
+        """`OLLAMA_KEEP_ALIVE` (5 m)."""
         self.unlisted: set[str] = set()
         """Installed models the lists (/api/tags, /v1/models) leave out but requests find:
         a list that lags, or a server that serves names it does not list."""
@@ -104,7 +110,11 @@ class Engine:
     ) -> Run:
         options: dict[str, Any] = body["options"] if isinstance(body.get("options"), dict) else {}
         num_ctx = options.get("num_ctx") if isinstance(options.get("num_ctx"), int) else None
-        run = Run(model, start_ns, keep_alive_seconds(body.get("keep_alive")), num_ctx, think, chat)
+        shift = body.get("shift") if isinstance(body.get("shift"), bool) else None
+        run = Run(
+            model, start_ns, keep_alive_seconds(body.get("keep_alive")), num_ctx, think, chat,
+            options, shift, body.get("keep_alive") is not None,
+        )  # fmt: skip
         if self.context_rules:
             run.plan = plan(model, body, num_ctx, chat=chat)
         return run
@@ -112,6 +122,8 @@ class Engine:
     def mark_loaded(self, run: Run) -> None:
         if is_cloud(run.model.name):
             return  # proxied to ollama.com: no local runner
+        if self.scheduler is not None:
+            return  # the scheduler keeps `loaded`
         lifetime_ns = (1 << 63) - 1 if math.isinf(run.keep_alive) else int(run.keep_alive * 1e9)
         self.loaded[run.model.name] = LoadedModel(
             expires_at_ns=time.time_ns() + lifetime_ns,
@@ -122,6 +134,19 @@ class Engine:
 
     async def produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
         """The scripted reply with real phase timings; the final object measures them."""
+        scheduler = self.scheduler
+        if scheduler is None:
+            async for event in self._produce(run, context=context):
+                yield event
+            return
+        await scheduler.acquire(run)
+        try:
+            async for event in self._produce(run, context=context):
+                yield event
+        finally:
+            scheduler.release(run)
+
+    async def _produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
         script = self.script
         await asyncio.sleep(script.load_delay)
         loaded_ns = time.monotonic_ns()
@@ -154,7 +179,7 @@ class Engine:
         yield self._final(
             run, pieces, context=context, phases=(loaded_ns, prefill_ns, first_ns, last_ns)
         )
-        if run.keep_alive == 0:
+        if run.keep_alive == 0 and self.scheduler is None:
             self.loaded.pop(run.model.name, None)
 
     def _final(

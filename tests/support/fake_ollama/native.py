@@ -108,6 +108,8 @@ async def tags(fake: Engine, request: web.Request) -> web.StreamResponse:
 
 
 async def ps(fake: Engine, request: web.Request) -> web.StreamResponse:
+    if fake.scheduler is not None:
+        fake.scheduler.sweep()
     running = sorted(
         ((fake.models[name], state) for name, state in fake.loaded.items() if name in fake.models),
         key=lambda pair: pair[1].expires_at_ns,
@@ -198,8 +200,15 @@ async def _load_reply(
 ) -> web.StreamResponse:
     """An empty prompt or message list loads the model; with keep_alive 0 unloads it."""
     if run.keep_alive == 0:
-        fake.loaded.pop(run.model.name, None)
+        if fake.scheduler is not None:
+            fake.scheduler.unload_now(run.model)
+        else:
+            fake.loaded.pop(run.model.name, None)
         reason = "unload"
+    elif fake.scheduler is not None:
+        await fake.scheduler.acquire(run)
+        fake.scheduler.release(run)
+        reason = "load"
     else:
         await asyncio.sleep(fake.script.load_delay)
         fake.mark_loaded(run)

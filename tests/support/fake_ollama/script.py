@@ -89,6 +89,10 @@ class Run:
     num_ctx: int | None
     think: bool
     chat: bool
+    options: dict[str, Any] = field(default_factory=dict)
+    shift: bool | None = None
+    keep_alive_set: bool = False
+    """Whether the request carried keep_alive (only then does it change a runner's)."""
     plan: Plan | None = None
     """The prompt under Ollama's context rules (context.py), when the engine follows them."""
 

@@ -1,0 +1,240 @@
+"""The load tracker's rules one by one (research §10.B), on hand-built exchanges and
+/api/ps snapshots: what the scripted day does not reach."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.exchange import Outcome, RequestFields, Usage
+from proxy.loads.tracker import RECORD_KEY, LoadTracker
+from proxy.names import ModelLabels
+from proxy.ollama.state import LoadedModel
+from tests.support.exchanges import new_exchange
+
+A, B = "llama3.2:latest", "qwen3:8b"
+
+
+class Upstream:
+    """The poller as the tracker sees it: fixed digests, facts and version."""
+
+    def __init__(self, version: str = "0.33.0") -> None:
+        self.version: str | None = version
+        self.pokes = 0
+
+    def digest_of(self, model: str | None) -> str | None:
+        return {"llama3.2": "d-a", A: "d-a", B: "d-b"}.get(model or "")
+
+    def model_facts(self, model: str | None) -> tuple[str, int | None]:
+        return ("llama", 131072)
+
+    def poke_ps(self, then: Callable[[], None] | None = None) -> None:
+        self.pokes += 1
+
+
+class Rig:
+    def __init__(self, version: str = "0.33.0") -> None:
+        self.registry = CollectorRegistry()
+        labels = ModelLabels(10)
+        labels.set_known("tags", [A, B])
+        self.tracker = LoadTracker(self.registry, labels, Upstream(version))
+        self.clock = time.monotonic()
+        """When the next request arrives: each reply moves it past its own end."""
+
+    def start(self, model: str, *, client: str = "10.0.0.1", at: float | None = None,
+              body: dict[str, Any] | None = None, **fields: Any) -> Any:  # fmt: skip
+        ex = new_exchange("/api/chat", client=client)
+        ex.request = RequestFields(model=model, parsed=True, **fields)
+        ex.request_body = orjson.dumps({"model": model, **(body or {})})
+        ex.started = self.clock if at is None else at
+        self.tracker.request(ex)
+        return ex
+
+    def end(self, ex: Any, load: float = 0.0, *, error: str | None = None,
+            done_reason: str = "stop", outcome: Outcome = Outcome.OK) -> None:  # fmt: skip
+        ex.usage = Usage(load_duration=int(load * 1e9), has_timings=True)
+        ex.error_message, ex.done_reason, ex.outcome = error, done_reason, outcome
+        ex.ended = ex.started + load + 0.1
+        self.clock = max(self.clock, ex.ended + 1.0)
+        self.tracker.response(ex)
+
+    def ps(self, rows: dict[str, int] | None, *, expires_in: float = 300.0) -> None:
+        if rows is None:
+            self.tracker.ps(None)
+            return
+        digests = {A: "d-a", B: "d-b"}
+        snapshot = {
+            name: LoadedModel(name, digests[name], 1, 1, ctx, name, time.time() + expires_in)
+            for name, ctx in rows.items()
+        }
+        self.tracker.ps(snapshot)
+
+    def causes(self) -> list[tuple[str, str]]:
+        return [(e.model, str(e.cause)) for e in self.tracker.events]
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(f"ollama_tap_{name}", labels)
+
+
+@pytest.fixture
+def rig() -> Rig:
+    r = Rig()
+    r.ps({})  # the baseline: nothing loaded
+    return r
+
+
+def test_concurrent_cold_requests_are_one_load_triggered_by_the_earliest(rig: Rig) -> None:
+    now = time.monotonic()
+    first = rig.start(A, client="10.0.0.1", at=now)
+    second = rig.start(A, client="10.0.0.2", at=now + 0.2)
+    rig.end(second, 1.3)  # the later one's reply comes first
+    rig.end(first, 1.5)
+    [event] = rig.tracker.events
+    assert (event.request, event.client, event.waited) == (first.id, "10.0.0.1", [second.id])
+    assert event.load_duration == 1.5
+    assert rig.value("model_loads_total", model=A, cause="first_load") == 1
+    assert (first.metadata[RECORD_KEY]["role"], second.metadata[RECORD_KEY]["role"]) == (
+        "trigger",
+        "waited",
+    )
+
+
+def test_a_warm_reply_is_no_load_and_a_later_cold_one_is_a_new_load(rig: Rig) -> None:
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    rig.end(rig.start(A), 0.002)
+    assert len(rig.tracker.events) == 1
+    # Unloaded behind the proxy's back (another client, not through it): unknown.
+    rig.ps({})
+    rig.end(rig.start(A), 2.0)
+    assert rig.causes() == [(A, "first_load"), (A, "unknown")]
+
+
+def test_after_an_out_of_memory_error_every_runner_is_flushed(rig: Rig) -> None:
+    rig.end(rig.start(A), 2.0)
+    rig.end(rig.start(B), 2.0)
+    rig.ps({A: 4096, B: 4096})
+    rig.end(
+        rig.start(A), 0.01, error="cudaMalloc failed: out of memory", outcome=Outcome.UPSTREAM_ERROR
+    )
+    rig.ps({})
+    rig.end(rig.start(B), 2.0)
+    rig.end(rig.start(A), 2.0)
+    assert rig.causes()[2:] == [(B, "oom_flush"), (A, "oom_flush")]
+
+
+def test_a_runner_that_died_is_reloaded_with_the_same_options(rig: Rig) -> None:
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    rig.end(rig.start(A), 0.01, error="model runner has unexpectedly stopped, this may be due "
+            "to resource limitations", outcome=Outcome.STREAM_ERROR)  # fmt: skip
+    rig.end(rig.start(A), 2.0)
+    assert rig.causes() == [(A, "first_load"), (A, "runner_died")]
+
+
+def test_models_gone_when_ollama_comes_back_went_with_a_restart(rig: Rig) -> None:
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    rig.ps(None)
+    rig.ps({})
+    rig.end(rig.start(A), 2.0)
+    assert rig.causes() == [(A, "first_load"), (A, "restart")]
+
+
+def test_keep_alive_expiry_is_told_from_expires_at(rig: Rig) -> None:
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096}, expires_in=-5.0)  # idle, its keep_alive over; the next read misses it
+    rig.end(rig.start(A), 2.0)
+    assert rig.causes() == [(A, "first_load"), (A, "expired")]
+
+
+def test_an_eviction_names_the_evicting_model(rig: Rig) -> None:
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    rig.end(rig.start(B), 2.0)
+    rig.ps({B: 4096})
+    rig.end(rig.start(A), 2.0)
+    assert rig.causes() == [(A, "first_load"), (B, "first_load"), (A, "evicted")]
+    assert rig.tracker.events[1].evicted == [A]
+    assert rig.tracker.events[2].detail == f"evicted by {B}"
+    assert rig.value("model_evictions_total", model=A, by=B) == 1
+
+
+def test_an_unload_reply_for_a_model_not_loaded_is_no_departure(rig: Rig) -> None:
+    rig.end(rig.start(A, keep_alive=0), 0.0, done_reason="unload")
+    rig.end(rig.start(A), 2.0)
+    assert rig.causes() == [(A, "first_load")]
+
+
+@pytest.mark.parametrize(
+    ("loader", "request_options", "predicted"),
+    [
+        ({"num_ctx": 8192}, {}, ["num_ctx 8192 → auto"]),
+        ({}, {}, []),
+        ({}, {"num_ctx": 4096}, []),  # the auto runner has 4096 (per /api/ps)
+        ({}, {"num_ctx": 8192}, ["num_ctx 4096 → 8192"]),
+        ({"num_ctx": 200000}, {"num_ctx": 131072}, []),  # both capped at the training context
+        ({}, {"num_gpu": -1, "temperature": 0.2, "num_keep": 10}, []),
+        ({}, {"num_gpu": 20}, ["num_gpu auto → 20"]),
+        ({"use_mmap": False}, {}, ["use_mmap false → auto"]),
+        ({}, {"num_batch": 1024, "num_thread": 0}, ["num_batch auto → 1024"]),
+    ],
+)
+def test_the_reload_prediction(
+    rig: Rig, loader: dict[str, Any], request_options: dict[str, Any], predicted: list[str]
+) -> None:
+    rig.end(rig.start(A, options=loader), 2.0)
+    ctx = min(loader.get("num_ctx", 4096), 131072)
+    rig.ps({A: ctx})
+    ex = rig.start(A, options=request_options)
+    assert [c.text for c in ex.metadata["loads"].changes] == predicted
+    for change in ex.metadata["loads"].changes:
+        assert rig.value("reload_predicted_total", model=A, field=change.field) == 1
+
+
+@pytest.mark.parametrize(
+    ("version", "predicted"), [("0.33.0", ["shift true → false"]), ("0.24.0", [])]
+)
+def test_shift_reloads_from_v0_30(version: str, predicted: list[str]) -> None:
+    rig = Rig(version)
+    rig.ps({})
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    ex = rig.start(A, body={"shift": False})
+    assert [c.text for c in ex.metadata["loads"].changes] == predicted
+
+
+def test_cloud_models_are_left_out(rig: Rig) -> None:
+    ex = rig.start("gpt-oss:120b-cloud")
+    rig.end(ex, 3.0)
+    assert list(rig.tracker.events) == []
+    assert RECORD_KEY not in ex.metadata
+
+
+def test_requests_for_models_never_loaded_leave_nothing_behind(rig: Rig) -> None:
+    for n in range(100):
+        rig.end(rig.start(f"typo-{n}"), 0.0, outcome=Outcome.UPSTREAM_ERROR)
+    assert rig.tracker._runners == {}
+
+
+def test_a_request_that_arrives_during_a_reload_waits_for_it(rig: Rig) -> None:
+    rig.end(rig.start(A, options={"num_ctx": 4096}), 2.0)
+    rig.ps({A: 4096})
+    now = rig.clock
+    reload = rig.start(A, options={"num_ctx": 8192}, at=now)
+    rig.ps({})  # the old runner went; the new one is loading
+    behind = rig.start(A, options={"num_ctx": 8192}, at=now + 0.3)
+    rig.end(behind, 1.2)
+    rig.end(reload, 1.3)
+    assert rig.causes() == [(A, "first_load"), (A, "options_changed")]
+    event = rig.tracker.events[1]
+    assert (event.request, event.waited, event.detail) == (
+        reload.id,
+        [behind.id],
+        "num_ctx 4096 → 8192",
+    )

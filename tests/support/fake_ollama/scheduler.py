@@ -1,0 +1,202 @@
+"""Ollama's scheduler for the fake: resident runners, reloads, eviction, keep_alive expiry.
+
+Off by default (`Engine.scheduler` is None: a run marks its model loaded, as before). A test
+that needs the rules sets `fake.scheduler = Scheduler(fake, max_loaded=1)`. Each rule
+cites ../shared/research/ollama-truncation-and-loads.md (fb30760 `server/sched.go`); a load
+takes `load_seconds` of real time, which `load_duration` then reports. Expiry is applied
+when it can be observed (an /api/ps read or a request), which no client can tell from a
+timer. Embedding routes are not scheduled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tests.support.fake_ollama.models import FakeModel, LoadedModel
+from tests.support.fake_ollama.script import Run
+
+if TYPE_CHECKING:
+    from tests.support.fake_ollama.engine import Engine
+
+FOREVER_NS = (1 << 63) - 1
+_INT_FIELDS = ("num_batch", "num_gpu", "main_gpu", "num_thread", "draft_num_predict")
+
+
+def train_context(model: FakeModel) -> int:
+    arch = model.model_info.get("general.architecture", "")
+    return int(model.model_info.get(f"{arch}.context_length", model.context_length))
+
+
+@dataclass
+class RunnerOptions:
+    """`api.Runner` plus the launch flag `shift`, as `needsReload` compares them (§7.2)."""
+
+    num_ctx: int
+    num_ctx_auto: bool
+    ints: dict[str, int | None]
+    use_mmap: bool | None
+    shift: bool
+
+    @classmethod
+    def of(cls, run: Run) -> RunnerOptions:
+        """DefaultOptions ← request options (§7.2; the fake has no Modelfile PARAMETERs).
+        `num_ctx` < 4 is 4 and it is capped at the training context (`getRunner`, §7.1);
+        unset, it is the model's automatic context (`FakeModel.context_length`)."""
+        opts = run.options
+        explicit = isinstance(opts.get("num_ctx"), int) and not isinstance(opts["num_ctx"], bool)
+        num_ctx = max(int(opts["num_ctx"]), 4) if explicit else run.model.context_length
+        ints = {f: opts[f] if isinstance(opts.get(f), int) else None for f in _INT_FIELDS}
+        mmap = opts.get("use_mmap") if isinstance(opts.get("use_mmap"), bool) else None
+        family = run.model.details.get("family", "")
+        shift = run.shift if run.shift is not None else family != "deepseek2"
+        return cls(min(num_ctx, train_context(run.model)), not explicit, ints, mmap, shift)
+
+
+def needs_reload(runner: RunnerOptions, request: RunnerOptions) -> bool:
+    """`needsReload` (sched.go:1381-1431): num_ctx unless both are auto; num_gpu only when
+    the request sets it ≥ 0; a nil use_mmap matches a runner that chose it itself; the
+    `shift` launch flag; everything else compared as is. keep_alive never reloads."""
+    if runner.shift != request.shift:
+        return True
+    if not (runner.num_ctx_auto and request.num_ctx_auto) and runner.num_ctx != request.num_ctx:
+        return True
+    for name in _INT_FIELDS:
+        old, new = runner.ints.get(name), request.ints.get(name)
+        if name == "num_gpu":
+            if new is None or new < 0:
+                continue
+            old = -1 if old is None else old
+        if name in {"num_thread", "draft_num_predict"}:
+            old, new = old or 0, new or 0
+        if old != new:
+            return True
+    return request.use_mmap is not None and runner.use_mmap != request.use_mmap
+
+
+@dataclass
+class FakeRunner:
+    """A loaded model: its options, `sessionDuration` (keep_alive) and references."""
+
+    model: FakeModel
+    options: RunnerOptions
+    session: float
+    refs: int = 0
+    expires_at_ns: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Scheduler:
+    """The rules of §7: one pending load at a time, reuse, reload, evict, expire, unload."""
+
+    def __init__(self, engine: Engine, *, max_loaded: int = 3, load_seconds: float = 1.1) -> None:
+        self.engine = engine
+        self.max_loaded = max_loaded
+        """`OLLAMA_MAX_LOADED_MODELS` (default 3 × GPUs, §7.3)."""
+        self.load_seconds = load_seconds
+        self.runners: dict[str, FakeRunner] = {}
+        self.loads: list[str] = []
+        """Every load, in order (names): what a test checks the proxy against."""
+        self._pending = asyncio.Lock()
+
+    async def acquire(self, run: Run) -> None:
+        """Give `run` a runner: the resident one when `needsReload` says no (the fast path,
+        §7.1, never queued), else load one, evicting to make room (§7.3)."""
+        self.sweep()
+        wanted = RunnerOptions.of(run)
+        runner = self.runners.get(run.model.name)
+        if runner is not None and not needs_reload(runner.options, wanted):
+            self._use(runner, run)
+            return
+        async with self._pending:  # processPending: one pending request at a time (§7.1)
+            runner = self.runners.get(run.model.name)
+            if runner is not None and needs_reload(runner.options, wanted):
+                await self._unload(runner)
+            elif runner is not None:
+                self._use(runner, run)
+                return
+            while len(self.runners) >= self.max_loaded:
+                await self._unload(self._victim())
+            await asyncio.sleep(self.load_seconds)
+            session = run.keep_alive if run.keep_alive_set else self.engine.default_keep_alive
+            runner = FakeRunner(run.model, wanted, session)
+            self.runners[run.model.name] = runner
+            self.loads.append(run.model.name)
+            self._use(runner, run)
+
+    def release(self, run: Run) -> None:
+        """A request ended (`processCompleted`, §7.4): at refCount 0, unload when the
+        session is ≤ 0, else `expiresAt = now + sessionDuration`."""
+        runner = self.runners.get(run.model.name)
+        if runner is None:
+            return
+        runner.refs -= 1
+        if runner.refs > 0:
+            return
+        runner.idle.set()
+        if runner.session <= 0:
+            self._drop(runner)
+        else:
+            self._expire_in(runner, runner.session)
+
+    def unload_now(self, model: FakeModel) -> None:
+        """An empty prompt with keep_alive 0 (`expireRunner`, §7.4): expires now, goes when
+        idle."""
+        runner = self.runners.get(model.name)
+        if runner is None:
+            return
+        runner.session = 0
+        if runner.refs == 0:
+            self._drop(runner)
+
+    def sweep(self) -> None:
+        """keep_alive expiry (§7.4): idle runners past `expiresAt` unload."""
+        now = time.time_ns()
+        for runner in list(self.runners.values()):
+            if runner.refs == 0 and runner.expires_at_ns <= now:
+                self._drop(runner)
+
+    def _victim(self) -> FakeRunner:
+        """`findRunnerToUnload` (sched.go:1664-1693): by sessionDuration ascending, then blob
+        path; the first idle one, else the first (and wait for it). Not LRU."""
+        ordered = sorted(self.runners.values(), key=lambda r: (r.session, r.model.digest))
+        return next((r for r in ordered if r.refs == 0), ordered[0])
+
+    async def _unload(self, runner: FakeRunner) -> None:
+        runner.session = 0
+        while runner.refs > 0:
+            runner.idle.clear()
+            await runner.idle.wait()
+        self._drop(runner)
+
+    def _use(self, runner: FakeRunner, run: Run) -> None:
+        # A later request that carries keep_alive overwrites sessionDuration (§7.4); while
+        # busy, /api/ps shows now + sessionDuration (§8.2).
+        if run.keep_alive_set:
+            runner.session = run.keep_alive
+        runner.refs += 1
+        runner.idle.clear()
+        self._expire_in(runner, runner.session)
+
+    def _expire_in(self, runner: FakeRunner, seconds: float) -> None:
+        lifetime = FOREVER_NS if math.isinf(seconds) else int(seconds * 1e9)
+        runner.expires_at_ns = min(time.time_ns() + lifetime, FOREVER_NS)
+        self.engine.loaded[runner.model.name] = LoadedModel(
+            expires_at_ns=runner.expires_at_ns, context_length=runner.options.num_ctx
+        )
+
+    def _drop(self, runner: FakeRunner) -> None:
+        self.runners.pop(runner.model.name, None)
+        self.engine.loaded.pop(runner.model.name, None)
+
+    def options_of(self, name: str) -> dict[str, Any] | None:
+        """The resident runner's num_ctx and shift (for a test's assertions)."""
+        runner = self.runners.get(name)
+        return (
+            None
+            if runner is None
+            else {"num_ctx": runner.options.num_ctx, "shift": runner.options.shift}
+        )
