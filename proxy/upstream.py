@@ -126,11 +126,6 @@ class UpstreamPoller:
         entry = self._loaded_entry(model)
         return entry.digest if entry is not None and entry.digest else None
 
-    @property
-    def version(self) -> str | None:
-        """Ollama's version per the last /api/version read."""
-        return self._version
-
     def on_ps(self, listener: PsListener) -> None:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
         self._ps_listeners.append(listener)

@@ -38,16 +38,6 @@ def version_tuple(version: str | None) -> tuple[int, ...] | None:
     return tuple(int(g) for g in match.groups()) if match else None
 
 
-def is_cloud(model: str | None) -> bool:
-    """Whether a model string names a cloud model (research §9, rule C1): its last `:`
-    suffix is `cloud`, or a tag with no `/` ending in `-cloud`. The truncation and cloud
-    work (issue 19) owns the full rule; loads only need to leave these out (C4)."""
-    if not model or ":" not in model:
-        return False
-    tag = model.rsplit(":", 1)[1].lower()
-    return tag == "cloud" or ("/" not in tag and tag.endswith("-cloud"))
-
-
 def is_zero_keep_alive(value: Any) -> bool:
     """Whether `keep_alive` asks for an unload as soon as the request ends (0, "0", "0s")."""
     if isinstance(value, bool):

@@ -10,12 +10,12 @@ from typing import Any, Final, Protocol
 import structlog
 from prometheus_client import CollectorRegistry
 
+from proxy.cloud import is_cloud_model
 from proxy.exchange import Exchange, Outcome
 from proxy.loads.events import Cause, Departure, LoadEvent
 from proxy.loads.metrics import LoadMetrics
 from proxy.loads.options import (
     ModelFacts,
-    is_cloud,
     is_zero_keep_alive,
     reload_changes,
     runner_options,
@@ -79,7 +79,7 @@ class LoadTracker:
         labels: ModelLabels,
         upstream: Upstream,
         *,
-        is_remote: Callable[[str | None], bool] = is_cloud,
+        is_remote: Callable[[str | None], bool] = is_cloud_model,
     ) -> None:
         self.m = LoadMetrics(registry)
         self.labels = labels
