@@ -57,6 +57,7 @@ if not INTERPRETED and (_why := _stale_build()) is not None:
 from proxy.app import make_app  # noqa: E402
 from proxy.config import Settings  # noqa: E402
 from proxy.relay import make_site  # noqa: E402
+from tests.support.samples import sample_value  # noqa: E402
 from tests.support.serve_process import ADMIN_TOKEN  # noqa: E402
 
 COMPILED = compiled.active()
@@ -124,7 +125,7 @@ class Proxy:
         self.url = f"http://127.0.0.1:{port}"
 
     def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
-        return self.registry.get_sample_value(name, labels or {})
+        return sample_value(self.registry, name, labels)
 
 
 MakeProxy = Callable[..., Awaitable[Proxy]]

@@ -40,7 +40,9 @@ _TOP = ("request", "response", "timeline", "context", "output", "thinking", "too
 
 
 def _filters(args: argparse.Namespace) -> Filters:
-    return Filters(args.model, args.endpoint, args.outcome, args.since, args.until)
+    return Filters(
+        args.model, args.endpoint, args.outcome, args.client, since=args.since, until=args.until
+    )
 
 
 def _ms(seconds: float | None) -> str:
@@ -188,6 +190,7 @@ def _common(p: argparse.ArgumentParser, filters: bool) -> None:
         p.add_argument("--model", help="only this model (any spelling Ollama accepts)")
         p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
         p.add_argument("--outcome", help="only this outcome, e.g. ok, client_disconnected")
+        p.add_argument("--client", help="only this client name, e.g. open-webui, curl")
         p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
         p.add_argument("--until", type=parse_time, help="before this time")
 

@@ -59,7 +59,7 @@ CONTEXT_TOKEN_BUCKETS: Final = (
 )
 UTILIZATION_BUCKETS: Final = (0.25, 0.5, 0.75, 0.9, 0.95, 1, 1.5, 2, 5, 10)
 
-E, M, S = "endpoint", "model", "stream"
+E, M, S, C = "endpoint", "model", "stream", "client"
 
 # --- The proxy itself, and the metrics observer's per-exchange families
 
@@ -69,15 +69,15 @@ BUILD_INFO: Final = _gauge(
     "Build of ollama-tap (=1).",
 )
 REQUESTS: Final = _counter(
-    "ollama_tap_requests_total", (E, M, "status"),
+    "ollama_tap_requests_total", (E, M, C, "status"),
     "Exchanges, by the status the client got.",
 )
 REQUEST_ERRORS: Final = _counter(
-    "ollama_tap_request_errors_total", (E, M, "kind"),
+    "ollama_tap_request_errors_total", (E, M, C, "kind"),
     "Exchanges by outcome other than ok.",
 )
 IN_FLIGHT: Final = _gauge(
-    "ollama_tap_requests_in_flight", (E, M),
+    "ollama_tap_requests_in_flight", (E, M, C),
     "Exchanges from request to end.",
 )
 RESPONSES: Final = _counter(
@@ -145,15 +145,15 @@ PREFILL_SECONDS: Final = _counter(
     "prompt_eval_duration (rate pair).",
 )
 PROMPT_TOKENS: Final = _counter(
-    "ollama_tap_prompt_tokens_total", (E, M),
+    "ollama_tap_prompt_tokens_total", (E, M, C),
     "Prompt tokens, every source.",
 )
 CACHED_TOKENS: Final = _counter(
-    "ollama_tap_prompt_cached_tokens_total", (E, M),
+    "ollama_tap_prompt_cached_tokens_total", (E, M, C),
     "Prompt tokens served from the cache.",
 )
 GENERATION_TOKENS: Final = _counter(
-    "ollama_tap_generation_tokens_total", (E, M),
+    "ollama_tap_generation_tokens_total", (E, M, C),
     "Generated tokens, every source.",
 )
 CONTEXT_TOKENS: Final = _histogram(
@@ -167,6 +167,21 @@ UTILIZATION: Final = _histogram(
 COLD_STARTS: Final = _counter(
     "ollama_tap_cold_starts_total", (M,),
     "Replies whose load took > 1 s.",
+)
+
+# --- Who is waiting and who keeps the box busy (proxy/inflight/), computed at scrape time
+
+WAITING: Final = _gauge(
+    "ollama_tap_requests_waiting", (M,),
+    "Exchanges in flight with no output yet (queue, load and prefill).",
+)
+OLDEST_WAIT: Final = _gauge(
+    "ollama_tap_oldest_wait_seconds", (M,),
+    "Age of the oldest waiting exchange (0 when none).",
+)
+CLIENT_BUSY: Final = _counter(
+    "ollama_tap_client_busy_seconds_total", (C, M),
+    "Seconds with at least one exchange of the client in flight on the model.",
 )
 
 # --- The upstream poller's

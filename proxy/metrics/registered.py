@@ -186,6 +186,11 @@ class RequestMetrics:
         for family in self._by_model:
             family.drop("model", model)
 
+    def forget_client(self, client: str) -> None:
+        """Drop every series labelled `client` (its label slot was freed)."""
+        for family in self._by_model:
+            family.drop("client", client)
+
 
 class UpstreamMetrics:
     """The poller's families."""

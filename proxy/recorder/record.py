@@ -11,7 +11,7 @@ output, context or a timeline):
   (media as placeholders), the reply or final object (vectors as placeholders, ``context``
   moved out), ``context`` ids, the timeline with its text, numeric options, media hashes.
 - ``metadata``: an allow-list only — no query string and no client address (either
-  may identify a person), no headers, no text of any kind, no context ids (their count
+  may identify a person; the bounded client name is kept), no headers, no text of any kind, no context ids (their count
   is the ``context_len`` column), timeline offsets, kinds and wire sizes without text.
 """
 
@@ -36,7 +36,7 @@ COLUMNS: Final = (
     "ttft", "ttfc", "server_ttft", "client_overhead", "load", "queue_wait", "prefill",
     "decode", "total", "duration",
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
-    "request_bytes", "response_bytes", "chunks", "error_message", "retried",
+    "request_bytes", "response_bytes", "chunks", "error_message", "retried", "client_name",
     "nbytes", "doc", "timeline",
 )  # fmt: skip
 ROW_OVERHEAD: Final = 256
@@ -139,6 +139,8 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
         "chunks": ex.output_events,
         "error_message": ex.error_message,
         "retried": None if ex.retried is None else ex.retried.value,
+        # A bounded label (on the metrics too), unlike the address: kept in every mode.
+        "client_name": ex.client_name or None,
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
         "doc": doc,
         "timeline": timeline,

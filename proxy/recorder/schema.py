@@ -56,6 +56,11 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # v3: why the request was sent upstream a second time (relay/retry.py), NULL when once.
     ("ALTER TABLE records ADD COLUMN retried TEXT",),
+    # v6: which app sent the exchange (proxy/attribution.py), filtered on like the model.
+    (
+        "ALTER TABLE records ADD COLUMN client_name TEXT",
+        "CREATE INDEX records_client_name ON records(client_name, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -18,6 +18,7 @@ from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
 from proxy.metrics.observer import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
 from tests.support.exchanges import new_exchange
+from tests.support.samples import sample_value
 
 T0 = 100.0
 SEC = 1_000_000_000
@@ -109,7 +110,7 @@ class Harness:
         return ex
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> float | None:
-        return self.registry.get_sample_value(name, labels or {})
+        return sample_value(self.registry, name, labels)
 
     def count(self, name: str, labels: dict[str, str]) -> float | None:
         return self.value(f"ollama_tap_{name}_count", labels)

@@ -5,6 +5,8 @@
 // append of a string): it is never parsed as HTML. Nothing runs inline (the CSP is
 // default-src 'self'), so styles are classes and geometry is SVG attributes.
 
+import { showNow } from "./now.js";
+
 const API = new URL("api/", document.baseURI);
 const PAGE_SIZE = 50;
 // proxy/exchange.py Outcome, in its order (tests/inspector keeps the two in step).
@@ -159,6 +161,7 @@ function filterValues() {
     model: String(form.get("model") ?? "").trim(),
     endpoint: String(form.get("endpoint") ?? "").trim(),
     outcome: String(form.get("outcome") ?? ""),
+    client: String(form.get("client") ?? "").trim(),
   };
 }
 
@@ -644,7 +647,8 @@ function renderRecord(r) {
       ["privacy mode", r.mode],
       ["done reason", r.done_reason],
       ["model digest", r.model_digest],
-      ["client", r.client],
+      ["client", r.client_name],
+      ["client address", r.client],
       ["request / reply bytes", `${bytes(r.request_bytes)} / ${bytes(r.response_bytes)}`],
       ["output chunks", count(r.chunks)],
       ["Ollama's error", r.error_message],
@@ -691,8 +695,10 @@ async function loadRecord(id) {
 
 function route() {
   const match = /^#\/records\/(.+)$/.exec(location.hash);
+  const now = showNow(location.hash);
   $("#record-view").hidden = !match;
-  $("#list-view").hidden = Boolean(match);
+  $("#list-view").hidden = Boolean(match) || now;
+  if (now) return;
   if (match) {
     loadRecord(decodeURIComponent(match[1]));
     window.scrollTo(0, 0);

@@ -15,6 +15,7 @@ from aiohttp import web
 from tests.support.fake_ollama.gojson import go_time
 from tests.support.fake_ollama.models import FakeModel, LoadedModel, canonical_name, default_models
 from tests.support.fake_ollama.replies import Refused
+from tests.support.fake_ollama.slots import Slots
 from tests.support.fake_ollama.script import (
     Chunk,
     Error,
@@ -67,6 +68,8 @@ class Engine:
 
     def __init__(self) -> None:
         self.script = Script()
+        self.slots = Slots()
+        """How many runs go at once (`slots.limit = 1`: one at a time, the rest wait)."""
         self.models: dict[str, FakeModel] = default_models()
         self.loaded: dict[str, LoadedModel] = {}
         self.blobs: dict[str, bytes] = {}
@@ -111,6 +114,11 @@ class Engine:
 
     async def produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
         """The scripted reply with real phase timings; the final object measures them."""
+        async with self.slots.hold():
+            async for event in self._produce(run, context=context):
+                yield event
+
+    async def _produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
         script = self.script
         await asyncio.sleep(script.load_delay)
         loaded_ns = time.monotonic_ns()
