@@ -70,7 +70,7 @@ def valid_name(value: str) -> bool:
 
 
 _JOINED: Final = frozenset({"openai", "anthropic"})
-"""Products whose first token names the SDK's language after the slash (`OpenAI/Python 1.54`)."""
+"""SDKs whose first token has the language after the slash (`OpenAI/Python 1.54.0`)."""
 
 
 @lru_cache(maxsize=512)
@@ -83,8 +83,9 @@ def product_of(user_agent: str) -> str | None:
         return None
     product, _, version = first[0].partition("/")
     product = product.lower()
-    if product in _JOINED and version and version[0].isalpha():
-        product = f"{product}-{version.lower()}"
+    sdk = product.removeprefix("async")  # the SDKs' async clients: `AsyncOpenAI/Python …`
+    if sdk in _JOINED and version and version[0].isalpha():
+        product = f"{sdk}-{version.lower()}"
     return product if _NAME.fullmatch(product) else None
 
 

@@ -129,7 +129,7 @@ class Settings(BaseSettings):
     @classmethod
     def _clients(cls, v: object) -> object:
         if isinstance(v, str):
-            v = [part for part in v.split(",") if part.strip()]
+            v = [part.strip() for part in v.split(",") if part.strip()]
         if isinstance(v, list | tuple):
             for rule in v:
                 parse_rule(str(rule))  # its ValueError names the fix
