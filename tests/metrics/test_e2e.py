@@ -377,15 +377,19 @@ async def test_metrics_endpoint_shows_the_official_clients_traffic(
 
     gen = {("endpoint", "/api/generate"), ("model", LLAMA)}
     compat = {("endpoint", "/v1/chat/completions"), ("model", LLAMA)}
+    # The counters name the client too (by User-Agent); the histograms never do.
+    gen_c, compat_c = {*gen, ("client", "ollama-python")}, {*compat, ("client", "openai-python")}
     expected = {
         ("ollama_tap_upstream_up", frozenset()): 1.0,
         ("ollama_tap_upstream_info", frozenset({("version", "0.33.0-rc2")})): 1.0,
-        ("ollama_tap_requests_total", frozenset({*gen, ("status", "200")})): 1.0,
-        ("ollama_tap_requests_total", frozenset({*compat, ("status", "200")})): 1.0,
-        ("ollama_tap_generation_tokens_total", frozenset(gen)): float(final.eval_count),
-        ("ollama_tap_prompt_tokens_total", frozenset(gen)): float(final.prompt_eval_count),
-        ("ollama_tap_generation_tokens_total", frozenset(compat)): float(usage.completion_tokens),
-        ("ollama_tap_prompt_tokens_total", frozenset(compat)): float(usage.prompt_tokens),
+        ("ollama_tap_requests_total", frozenset({*gen_c, ("status", "200")})): 1.0,
+        ("ollama_tap_requests_total", frozenset({*compat_c, ("status", "200")})): 1.0,
+        ("ollama_tap_generation_tokens_total", frozenset(gen_c)): float(final.eval_count),
+        ("ollama_tap_prompt_tokens_total", frozenset(gen_c)): float(final.prompt_eval_count),
+        ("ollama_tap_generation_tokens_total", frozenset(compat_c)): float(
+            usage.completion_tokens
+        ),
+        ("ollama_tap_prompt_tokens_total", frozenset(compat_c)): float(usage.prompt_tokens),
         ("ollama_tap_time_to_first_token_seconds_count", frozenset(gen)): 1.0,
         ("ollama_tap_time_to_first_token_seconds_count", frozenset(compat)): 1.0,
         ("ollama_tap_inter_token_latency_seconds_count", frozenset(gen)): 4.0,
