@@ -76,15 +76,20 @@ def frame(snapshot: dict[str, Any] | None, url: str, problem: str | None = None)
     if snapshot is None:
         return Group(Text(f"ollama-tap top · {url}", style="bold"), Text(problem or "", "red"))
     waiting = ", ".join(f"{n} {m or '(none)'}" for m, n in sorted(snapshot["waiting"].items()))
-    head = f"ollama-tap top · {url} · {snapshot['in_flight']} in flight"
-    head += f" · waiting: {waiting}" if waiting else ""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False, width=WIDTH)
-    for name, width, justify in (
-        ("client", 12, "left"), ("model", 18, "left"), ("endpoint", 14, "left"),
-        ("phase", 9, "left"), ("pos", 3, "right"), ("elapsed", 7, "right"),
-        ("out", 5, "right"), ("rate", 6, "right"),
+    # The address last: in 80 columns it is what gets cut.
+    head = f"{snapshot['in_flight']} in flight" + (f" · waiting: {waiting}" if waiting else "")
+    head += f" · {url}"
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, width=WIDTH)
+    # Widths that add up to 80 with the gaps; the names give way first, never the phase.
+    for name, least, most, justify in (
+        ("client", 6, 12, "left"), ("model", 8, 20, "left"), ("endpoint", 8, 18, "left"),
+        ("phase", 9, 9, "left"), ("pos", 3, 3, "right"), ("elapsed", 7, 7, "right"),
+        ("out", 5, 6, "right"), ("rate", 5, 6, "right"),
     ):  # fmt: skip
-        table.add_column(name, max_width=width, no_wrap=True, overflow="ellipsis", justify=justify)  # type: ignore[arg-type]
+        table.add_column(
+            name, min_width=least, max_width=most, no_wrap=True, overflow="ellipsis",
+            justify=justify,  # type: ignore[arg-type]
+        )  # fmt: skip
     for x in snapshot["exchanges"]:
         rate = "" if x["rate"] is None else f"{x['rate']:.1f}"
         position = "" if x["position"] is None else str(x["position"])

@@ -40,9 +40,10 @@ async def generate(session: aiohttp.ClientSession, url: str, client: str) -> Non
 
 @pytest.fixture
 async def two_in_flight(proxy: Proxy, fake_ollama: FakeOllama) -> AsyncIterator[None]:
-    """One stream streaming (for about 6 s) and one waiting behind it for the one slot."""
+    """One stream streaming (for a minute, or until the test ends) and one waiting behind it
+    for the one slot."""
     fake_ollama.slots.limit = 1
-    fake_ollama.script = Script(tokens=[f"t{i} " for i in range(60)], token_delay=0.1)
+    fake_ollama.script = Script(tokens=[f"t{i} " for i in range(600)], token_delay=0.1)
     await upstream_polled(proxy)
     async with aiohttp.ClientSession() as session:
         tasks = [asyncio.create_task(generate(session, proxy.url, "writer"))]
