@@ -58,6 +58,8 @@ CONTEXT_TOKEN_BUCKETS: Final = (
     1_048_576,
 )
 UTILIZATION_BUCKETS: Final = (0.25, 0.5, 0.75, 0.9, 0.95, 1, 1.5, 2, 5, 10)
+CLIENT_TTFT_BUCKETS: Final = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+"""Coarse on purpose: with the client label alone, at most 10 series per client."""
 
 E, M, S, C = "endpoint", "model", "stream", "client"
 
@@ -178,6 +180,11 @@ WAITING: Final = _gauge(
 OLDEST_WAIT: Final = _gauge(
     "ollama_tap_oldest_wait_seconds", (M,),
     "Age of the oldest waiting exchange (0 when none).",
+)
+CLIENT_TTFT: Final = _histogram(
+    "ollama_tap_client_time_to_first_token_seconds", (C,),
+    "Request head to first output per client (streamed inference), coarse buckets.",
+    CLIENT_TTFT_BUCKETS,
 )
 CLIENT_BUSY: Final = _counter(
     "ollama_tap_client_busy_seconds_total", (C, M),

@@ -174,6 +174,8 @@ class MetricsObserver:
             return
         if (ttft := ex.ttft) is not None:
             self.m.ttft[endpoint, model].observe(ttft)
+            if endpoint in INFERENCE_ENDPOINTS:
+                self.m.client_ttft[(ex.client_name,)].observe(ttft)
         if (ttfc := ex.ttfc) is not None:
             self.m.ttfc[endpoint, model].observe(ttfc)
         if (rate := ex.output_rate) is not None:

@@ -26,7 +26,9 @@ from tests.deploy.stack import (
     substitute,
 )
 
-ROWS = ["Overview", "Latency", "Phases", "Throughput", "Context", "Models", "Proxy health"]
+ROWS = [
+    "Overview", "Latency", "Phases", "Throughput", "Clients", "Context", "Models", "Proxy health"
+]  # fmt: skip
 
 
 def test_committed_json_is_the_builders_output() -> None:
