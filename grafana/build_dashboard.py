@@ -450,11 +450,12 @@ def clients() -> list[Panel]:
             "s",
             [
                 Target(
-                    quantile(0.95, "ollama_tap_client_time_to_first_token_seconds", "client",
-                             by_client),
+                    quantile(
+                        0.95, "ollama_tap_client_time_to_first_token_seconds", "client", by_client
+                    ),
                     "p95 {{client}}",
                 )
-            ],  # fmt: skip
+            ],
         ),
         Panel(
             "Waiting",
@@ -463,11 +464,15 @@ def clients() -> list[Panel]:
             "and the age of the oldest one.",
             "short",
             [
-                Target(f"sum by (model) (ollama_tap_requests_waiting{sel(endpoint=False)})",
-                       "waiting {{model}}"),
-                Target(f"max by (model) (ollama_tap_oldest_wait_seconds{sel(endpoint=False)})",
-                       "oldest wait (s) {{model}}"),
-            ],  # fmt: skip
+                Target(
+                    f"sum by (model) (ollama_tap_requests_waiting{sel(endpoint=False)})",
+                    "waiting {{model}}",
+                ),
+                Target(
+                    f"max by (model) (ollama_tap_oldest_wait_seconds{sel(endpoint=False)})",
+                    "oldest wait (s) {{model}}",
+                ),
+            ],
             width=16,
         ),
     ]

@@ -36,10 +36,14 @@ class Rule:
     network: Network | None
     ua_glob: str | None
 
-    def matches(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address | None, ua: str) -> bool:
+    def matches(
+        self, address: ipaddress.IPv4Address | ipaddress.IPv6Address | None, ua: str
+    ) -> bool:
         if self.network is not None:
-            return address is not None and address.version == self.network.version and (
-                address in self.network
+            return (
+                address is not None
+                and address.version == self.network.version
+                and (address in self.network)
             )
         return self.ua_glob is not None and fnmatchcase(ua, self.ua_glob)
 

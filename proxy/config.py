@@ -121,8 +121,7 @@ class Settings(BaseSettings):
     )
     client_label_cap: Annotated[int, Field(ge=1)] = Field(
         50,
-        description="Most `client` label values besides the --client names; the rest are "
-        "`other`.",
+        description="Most `client` label values besides the --client names; the rest are `other`.",
     )
 
     @field_validator("clients", mode="before")

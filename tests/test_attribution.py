@@ -38,9 +38,7 @@ def test_user_agent_first_product_token(ua: str, product: str | None) -> None:
 
 
 def test_rules_apply_in_order_header_then_rules_then_user_agent_then_unknown() -> None:
-    names = ClientNames(
-        50, rules=["lab=10.1.0.0/16", "webui=ua:*OpenWebUI*", "v6=fd00::/8"]
-    )
+    names = ClientNames(50, rules=["lab=10.1.0.0/16", "webui=ua:*OpenWebUI*", "v6=fd00::/8"])
     curl = {"User-Agent": "curl/8.5.0"}
     assert names.name_of({"x-ollama-tap-client": "my-app", **curl}, "10.1.2.3") == "my-app"
     assert names.name_of(curl, "10.1.2.3") == "lab"
@@ -97,7 +95,7 @@ def test_an_idle_slot_is_freed_after_a_day_and_its_listeners_told() -> None:
     "rule", ["lab", "=10.0.0.0/8", "lab=", "lab=ua:", "lab=10.0.0.0/33", "other=ua:*", "a b=ua:x"]
 )
 def test_a_bad_rule_is_refused_with_the_fix(rule: str) -> None:
-    with pytest.raises(ValueError, match="NAME=|CIDR|glob"):
+    with pytest.raises(ValueError, match=r"NAME=|CIDR|glob"):
         parse_rule(rule)
 
 

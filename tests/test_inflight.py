@@ -4,6 +4,7 @@ positions, the oldest wait, /_tap/api/inflight and its SSE form agree; busy time
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -97,7 +98,10 @@ async def test_one_slot_four_streams_two_clients(proxy: Proxy, fake_ollama: Fake
         rows = p["exchanges"]  # oldest first
         assert [r["client"] for r in rows] == list(ORDER)
         assert [(r["phase"], r["position"]) for r in rows] == [
-            ("streaming", None), ("waiting", 1), ("waiting", 2), ("waiting", 3)
+            ("streaming", None),
+            ("waiting", 1),
+            ("waiting", 2),
+            ("waiting", 3),
         ]
         assert abs(rows[1]["elapsed"] - p["oldest"]) < 0.2, "the oldest waiting is first in line"
 
@@ -109,7 +113,7 @@ async def test_one_slot_four_streams_two_clients(proxy: Proxy, fake_ollama: Fake
     counts = runs([e[1]["waiting"].get(LLAMA, 0) for e in events])
     assert counts[-5:] == [4, 3, 2, 1, 0], counts
     assert events[-1][1]["in_flight"] == 0
-    gaps = [b[0] - a[0] for a, b in zip(events, events[1:], strict=False)]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(events)]
     assert min(gaps) >= 0.2, gaps
     sse_three = [e[1] for e in events if e[1]["waiting"].get(LLAMA) == 3 and e[1]["in_flight"] == 4]
     assert sse_three and [r["position"] for r in sse_three[0]["exchanges"]] == [None, 1, 2, 3]

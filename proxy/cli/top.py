@@ -64,7 +64,9 @@ def fetch(url: str, token: str | None, timeout: float = 3.0) -> dict[str, Any]:
         raise Unreachable(f"{url} answered {exc.code}; is it ollama-tap? (--url)") from None
     except (urllib.error.URLError, OSError, orjson.JSONDecodeError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise Unreachable(f"cannot reach {url} ({reason}); is `ollama-tap serve` running?") from None
+        raise Unreachable(
+            f"cannot reach {url} ({reason}); is `ollama-tap serve` running?"
+        ) from None
 
 
 def _seconds(value: float) -> str:

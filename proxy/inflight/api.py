@@ -44,7 +44,7 @@ def add_routes(app: web.Application, inflight: InFlight) -> None:
         try:
             return await _watch(request, inflight)
         finally:
-            watchers.discard(task)  # type: ignore[arg-type]
+            watchers.discard(task)
 
     async def stop_watchers(app: web.Application) -> None:
         # A watch never ends by itself: shutdown would otherwise wait out its timeout.

@@ -153,40 +153,34 @@ class InFlight:
         return out
 
     def snapshot(self) -> dict[str, Any]:
-        """Every exchange in flight, oldest first, as `/_tap/api/inflight` answers."""
+        """Every exchange in flight, oldest first, as `/_tap/api/inflight` answers; a
+        waiting one's position counts the waiting exchanges of its model before it, from 1.
+        One pass: with 2,000 streams in flight this is the whole cost of an answer."""
         now = self.clock()
-        positions = {
-            entry.ex.id: n
-            for entries in self.waiting().values()
-            for n, entry in enumerate(entries, 1)
-        }
-        rows = []
+        positions: dict[str, int] = {}
+        rows: list[dict[str, Any]] = []
         for entry in sorted(self.entries.values(), key=_started):
             ex = entry.ex
-            position = positions.get(ex.id)
+            client, model = entry.key
+            position: int | None = None
+            if ex.first_output is None:
+                position = positions[model] = positions.get(model, 0) + 1
+            rate = entry.live_rate(now)
             rows.append(
                 {
                     "id": ex.id,
-                    "client": entry.key[0],
-                    "model": entry.key[1],
+                    "client": client,
+                    "model": model,
                     "endpoint": ex.endpoint,
-                    "phase": "waiting" if position is not None else "streaming",
+                    "phase": "streaming" if position is None else "waiting",
                     "elapsed": round(now - ex.started, 3),
                     "outputs": ex.output_events,
-                    "rate": _rounded(entry.live_rate(now)),
+                    "rate": None if rate is None else round(rate, 2),
                     "position": position,
                 }
             )
-        waiting: dict[str, int] = {}
-        for row in rows:
-            if row["position"] is not None:
-                waiting[row["model"]] = waiting.get(row["model"], 0) + 1
-        return {"at": time.time(), "in_flight": len(rows), "waiting": waiting, "exchanges": rows}
+        return {"at": time.time(), "in_flight": len(rows), "waiting": positions, "exchanges": rows}
 
 
 def _started(entry: Entry) -> float:
     return entry.ex.started
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)

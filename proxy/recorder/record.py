@@ -11,8 +11,9 @@ output, context or a timeline):
   (media as placeholders), the reply or final object (vectors as placeholders, ``context``
   moved out), ``context`` ids, the timeline with its text, numeric options, media hashes.
 - ``metadata``: an allow-list only — no query string and no client address (either
-  may identify a person; the bounded client name is kept), no headers, no text of any kind, no context ids (their count
-  is the ``context_len`` column), timeline offsets, kinds and wire sizes without text.
+  may identify a person; the bounded client name is kept), no headers, no text of any
+  kind, no context ids (their count is the ``context_len`` column), timeline offsets,
+  kinds and wire sizes without text.
 """
 
 from __future__ import annotations

@@ -27,7 +27,17 @@ async def run(*argv: str) -> tuple[int, str, str]:
 
 
 def top(proxy: Proxy, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "proxy", "top", "--url", proxy.url, "--token", ADMIN_TOKEN, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "proxy",
+        "top",
+        "--url",
+        proxy.url,
+        "--token",
+        ADMIN_TOKEN,
+        *extra,
+    ]
 
 
 async def generate(session: aiohttp.ClientSession, url: str, client: str) -> None:

@@ -16,10 +16,7 @@ ROWS = "#now-table tbody tr"
 
 
 def cells(row: int) -> str:
-    return (
-        f"[...document.querySelectorAll('{ROWS}')][{row}]?.querySelectorAll('td')"
-        " ?? []"
-    )
+    return f"[...document.querySelectorAll('{ROWS}')][{row}]?.querySelectorAll('td') ?? []"
 
 
 async def generate(session: aiohttp.ClientSession, url: str, client: str) -> None:

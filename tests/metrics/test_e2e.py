@@ -386,9 +386,7 @@ async def test_metrics_endpoint_shows_the_official_clients_traffic(
         ("ollama_tap_requests_total", frozenset({*compat_c, ("status", "200")})): 1.0,
         ("ollama_tap_generation_tokens_total", frozenset(gen_c)): float(final.eval_count),
         ("ollama_tap_prompt_tokens_total", frozenset(gen_c)): float(final.prompt_eval_count),
-        ("ollama_tap_generation_tokens_total", frozenset(compat_c)): float(
-            usage.completion_tokens
-        ),
+        ("ollama_tap_generation_tokens_total", frozenset(compat_c)): float(usage.completion_tokens),
         ("ollama_tap_prompt_tokens_total", frozenset(compat_c)): float(usage.prompt_tokens),
         ("ollama_tap_time_to_first_token_seconds_count", frozenset(gen)): 1.0,
         ("ollama_tap_time_to_first_token_seconds_count", frozenset(compat)): 1.0,

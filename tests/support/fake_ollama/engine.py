@@ -15,7 +15,6 @@ from aiohttp import web
 from tests.support.fake_ollama.gojson import go_time
 from tests.support.fake_ollama.models import FakeModel, LoadedModel, canonical_name, default_models
 from tests.support.fake_ollama.replies import Refused
-from tests.support.fake_ollama.slots import Slots
 from tests.support.fake_ollama.script import (
     Chunk,
     Error,
@@ -26,6 +25,7 @@ from tests.support.fake_ollama.script import (
     output_pieces,
     shaped_tool_calls,
 )
+from tests.support.fake_ollama.slots import Slots
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {
