@@ -113,8 +113,9 @@ async def test_one_slot_four_streams_two_clients(proxy: Proxy, fake_ollama: Fake
     counts = runs([e[1]["waiting"].get(LLAMA, 0) for e in events])
     assert counts[-5:] == [4, 3, 2, 1, 0], counts
     assert events[-1][1]["in_flight"] == 0
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(events)]
-    assert min(gaps) >= 0.2, gaps
+    # When each push was made (its `at`): a busy loop may hand two of them over in one read.
+    gaps = [b[1]["at"] - a[1]["at"] for a, b in itertools.pairwise(events)]
+    assert min(gaps) >= 0.24, gaps
     sse_three = [e[1] for e in events if e[1]["waiting"].get(LLAMA) == 3 and e[1]["in_flight"] == 4]
     assert sse_three and [r["position"] for r in sse_three[0]["exchanges"]] == [None, 1, 2, 3]
 
@@ -124,6 +125,6 @@ async def test_one_slot_four_streams_two_clients(proxy: Proxy, fake_ollama: Fake
         busy = proxy.sample(
             "ollama_tap_client_busy_seconds_total", {"client": client, "model": LLAMA}
         )
-        assert busy is not None and abs(busy - union(mine)) < 0.1, (client, busy, union(mine))
+        assert busy is not None and abs(busy - union(mine)) < 0.15, (client, busy, union(mine))
     assert waiting(proxy) == 0
     assert proxy.sample("ollama_tap_oldest_wait_seconds", {"model": LLAMA}) == 0
