@@ -3,7 +3,9 @@
 Issue 7's scenario: 2,000 concurrent streams, one token every 50 ms, held for a minute,
 through `ollama-tap serve` with metrics and recording on. The upstream, the proxy and this
 client share the machine, so on 2 cores the token rate each stream gets is whatever is left;
-what must hold is no error, and the proxy's resident memory.
+what must hold is no error, and the proxy's resident memory. Meanwhile `/_tap/api/inflight`
+is asked twice a second: its answer time with (nearly) every stream in flight (issue 20:
+<= 5 ms with 2,000).
 
     python bench/hold.py                      # 2,000 streams, 60 s
     python bench/hold.py --streams 500 --seconds 20 --json hold.json
@@ -23,9 +25,10 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import ROOT, free_port, rss_mb, start_tap, wait_up
+from overhead import ADMIN_TOKEN, ROOT, free_port, rss_mb, start_tap, wait_up
 
 RSS_TARGET_MB = 150
+INFLIGHT_TARGET_MS = 5.0
 
 
 async def stream(
@@ -47,6 +50,25 @@ async def stream(
         return type(exc).__name__
 
 
+async def inflight_times(url: str, streams: int, out: list[float]) -> None:
+    """Answer times (ms) of /_tap/api/inflight while at least 95 % of the streams are in it."""
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        while True:
+            started = time.perf_counter()
+            async with session.get(url + "/_tap/api/inflight") as resp:
+                body = await resp.read()
+            took = (time.perf_counter() - started) * 1000
+            if json.loads(body)["in_flight"] >= 0.95 * streams:
+                out.append(took)
+            await asyncio.sleep(0.5)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else None
+
+
 async def hold(url: str, pid: int, streams: int, seconds: float, delay: float) -> dict[str, object]:
     tokens = int(seconds / delay)
     counts = [0]
@@ -58,10 +80,13 @@ async def hold(url: str, pid: int, streams: int, seconds: float, delay: float) -
         tasks = [
             asyncio.create_task(stream(session, url, tokens, delay, counts)) for _ in range(streams)
         ]
+        answers: list[float] = []
+        probe = asyncio.create_task(inflight_times(url, streams, answers))
         while not all(t.done() for t in tasks):
             peak = max(peak, rss_mb([pid]))
             await asyncio.sleep(1)
         elapsed = time.perf_counter() - started
+        probe.cancel()
     errors: dict[str, int] = {}
     for t in tasks:
         if (err := t.result()) is not None:
@@ -75,6 +100,11 @@ async def hold(url: str, pid: int, streams: int, seconds: float, delay: float) -
         "lines_expected": streams * (tokens + 1),
         "errors": errors,
         "tap_peak_rss_mb": round(peak, 1),
+        "inflight_api_answers": len(answers),
+        "inflight_api_ms_median": _percentile(answers, 0.5),
+        "inflight_api_ms_p95": _percentile(answers, 0.95),
+        "inflight_api_ms_max": _percentile(answers, 1.0),
+        "inflight_target": f"median answer <= {INFLIGHT_TARGET_MS} ms",
         # Issue 7's target, for 2,000 streams at 50 ms for a minute.
         "target": f"no error, every line, peak RSS <= {RSS_TARGET_MB} MB",
         "met": not errors and counts[0] == streams * (tokens + 1) and peak <= RSS_TARGET_MB,

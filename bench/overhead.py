@@ -316,6 +316,10 @@ def start_nginx(
     return proc, Target("nginx", f"http://127.0.0.1:{port}", [proc.pid])
 
 
+ADMIN_TOKEN = "bench-admin-token-0123"
+"""The admin token of every `ollama-tap serve` a benchmark starts."""
+
+
 def tap_command(
     name: str, up_port: int, tmp: Path, extra_env: dict[str, str], root: Path = ROOT
 ) -> tuple[list[str], dict[str, str], int]:
@@ -324,7 +328,7 @@ def tap_command(
     port = free_port()
     env = {
         **os.environ,
-        "OLLAMA_TAP_ADMIN_TOKEN": "bench-admin-token-0123",
+        "OLLAMA_TAP_ADMIN_TOKEN": ADMIN_TOKEN,
         "OLLAMA_TAP_DB": str(tmp / f"{name}.db"),
         "OLLAMA_TAP_LOG_LEVEL": "warning",
         **extra_env,

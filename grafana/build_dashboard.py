@@ -408,6 +408,78 @@ def throughput() -> list[Panel]:
     ]
 
 
+def clients() -> list[Panel]:
+    """Who uses the box: the `client` label (proxy/attribution.py) and who is waiting."""
+    s = sel()
+    by_client = sel(model=False, endpoint=False)
+    busy = "ollama_tap_client_busy_seconds_total"
+    return [
+        Panel(
+            "Requests by client",
+            "Requests per second by client: the X-Ollama-Tap-Client header, else a --client "
+            "rule, else the User-Agent's product (unknown without one; other past the cap).",
+            "reqps",
+            [Target(rate("ollama_tap_requests_total", "client", s), "{{client}}")],
+        ),
+        Panel(
+            "Tokens by client",
+            "Prompt and generated tokens per second by client, from every route's own counts.",
+            TOK_S,
+            [
+                Target(rate("ollama_tap_prompt_tokens_total", "client", s), "in {{client}}"),
+                Target(rate("ollama_tap_generation_tokens_total", "client", s), "out {{client}}"),
+            ],
+        ),
+        Panel(
+            "Busy share by client",
+            "Each client's share of the time the model(s) had at least one exchange in flight: "
+            "its busy seconds over all clients' (overlaps count for each).",
+            "percentunit",
+            [
+                Target(
+                    f"{rate(busy, 'client', sel(endpoint=False))} / scalar("
+                    f"sum(rate({busy}{sel(endpoint=False)}[{RATE}])))",
+                    "{{client}}",
+                )
+            ],
+        ),
+        Panel(
+            "TTFT p95 by client",
+            "95th percentile of the time to first token of streamed inference per client, from "
+            "ollama_tap_client_time_to_first_token_seconds: a histogram with the client label "
+            "alone and 9 coarse buckets (p95 is read between them), because the client label on "
+            "the full TTFT histogram (per endpoint and model, 30 buckets) would be too wide.",
+            "s",
+            [
+                Target(
+                    quantile(
+                        0.95, "ollama_tap_client_time_to_first_token_seconds", "client", by_client
+                    ),
+                    "p95 {{client}}",
+                )
+            ],
+        ),
+        Panel(
+            "Waiting",
+            "Exchanges in flight with no output yet per model (queue, load and prefill: Ollama "
+            "sends a stream's head with its first chunk, so the proxy cannot tell them apart), "
+            "and the age of the oldest one.",
+            "short",
+            [
+                Target(
+                    f"sum by (model) (ollama_tap_requests_waiting{sel(endpoint=False)})",
+                    "waiting {{model}}",
+                ),
+                Target(
+                    f"max by (model) (ollama_tap_oldest_wait_seconds{sel(endpoint=False)})",
+                    "oldest wait (s) {{model}}",
+                ),
+            ],
+            width=16,
+        ),
+    ]
+
+
 def context() -> list[Panel]:
     s = sel()
     return [
@@ -692,6 +764,7 @@ ROWS = {
     "Latency": latency,
     "Phases": phases,
     "Throughput": throughput,
+    "Clients": clients,
     "Context": context,
     "Models": models,
     "Loads": loads,

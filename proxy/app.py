@@ -9,9 +9,13 @@ from prometheus_client import CollectorRegistry
 
 from proxy import auth
 from proxy.accesslog import AccessLog
+from proxy.attribution import ClientNames
 from proxy.config import Settings
 from proxy.hooks import Hooks
 from proxy.hostcheck import host_check, local_addresses
+from proxy.inflight import api as inflight_api
+from proxy.inflight import metrics as inflight_metrics
+from proxy.inflight.registry import InFlight
 from proxy.inspector import add_routes as add_inspector_routes
 from proxy.loads.api import add_routes as add_loads_routes
 from proxy.loads.tracker import LoadTracker
@@ -100,13 +104,31 @@ def make_app(
     labels = labels if labels is not None else ModelLabels(settings.model_label_cap)
     poller = UpstreamPoller(settings, registry, labels)
     recorder = Recorder(settings, registry, digest_of=poller.digest_of, spelling=labels.spelling)
-    metrics = [MetricsObserver(registry, labels, poller)] if settings.metrics else []
+    clients = ClientNames(
+        settings.client_label_cap, header=settings.client_header, rules=settings.clients
+    )
+    inflight = InFlight(labels.label)
+    metrics = [MetricsObserver(registry, labels, poller, clients)] if settings.metrics else []
+    if settings.metrics:
+        inflight_metrics.register(registry, inflight)
+    labels.on_free(lambda model: inflight.forget("model", model))
+    clients.on_free(lambda client: inflight.forget("client", client))
     truncation = TruncationObserver(registry, labels, poller)
     loads = LoadTracker(registry, labels, poller)
     poller.on_ps(loads.ps)
-    # The labels first: a reply head that proves a name does so before the others look;
-    # the truncation verdict and the loads before the recorder, whose row carries both.
-    builtin = [labels, *metrics, truncation, loads, recorder, AccessLog(labels.label)]
+    # The names first: every other observer sees the client's name, and a reply head that
+    # proves a model's name does so before the others look; the truncation verdict and the
+    # loads before the recorder, whose row carries both.
+    builtin = [
+        clients,
+        labels,
+        *metrics,
+        inflight,
+        truncation,
+        loads,
+        recorder,
+        AccessLog(labels.label),
+    ]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS], app[LOADS] = poller, recorder, hooks, loads
     app[VOCABS] = _vocab_cache(app, settings)
@@ -117,6 +139,7 @@ def make_app(
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
     add_loads_routes(app, loads)
+    inflight_api.add_routes(app, inflight)
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.
     app.router.add_route("*", "/_tap/{tail:.*}", auth.tap_not_found)

@@ -22,6 +22,8 @@ MODULES: Final = [
     "proxy/names.py",
     "proxy/slots.py",
     "proxy/accesslog.py",
+    "proxy/attribution.py",
+    "proxy/inflight/registry.py",
     "proxy/measures.py",
     "proxy/cloud.py",
     "proxy/metrics/histogram.py",

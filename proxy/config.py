@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from yarl import URL
+
+from proxy.attribution import DEFAULT_HEADER, parse_rule
 
 DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
 MiB = 1024 * 1024
@@ -112,6 +114,31 @@ class Settings(BaseSettings):
         "and unusual requests go through aiohttp's); 'aiohttp': aiohttp's server and client "
         "for everything (more CPU per request and per chunk).",
     )
+
+    # Client attribution (proxy/attribution.py): which app sent each exchange.
+    client_header: str = Field(
+        DEFAULT_HEADER, description="Request header an app names itself in (forwarded as is)."
+    )
+    clients: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="NAME=CIDR or NAME=ua:GLOB rules naming clients, first match first; "
+        "repeat --client (OLLAMA_TAP_CLIENTS: comma-separated).",
+        json_schema_extra={"flag": "--client"},
+    )
+    client_label_cap: Annotated[int, Field(ge=1)] = Field(
+        50,
+        description="Most `client` label values besides the --client names; the rest are `other`.",
+    )
+
+    @field_validator("clients", mode="before")
+    @classmethod
+    def _clients(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = [part.strip() for part in v.split(",") if part.strip()]
+        if isinstance(v, list | tuple):
+            for rule in v:
+                parse_rule(str(rule))  # its ValueError names the fix
+        return v
 
     @field_validator("metrics_path")
     @classmethod

@@ -204,6 +204,8 @@ class Exchange:
     """A fixed route template (see `ollama.endpoint_of`), never the raw path."""
     client: str
     """Peer address of the client."""
+    client_name: str
+    """Which app sent it, bounded (proxy/attribution.py); set at the `request` hook, "" before."""
     request_headers: dict[str, str]
     """The client's request headers as received (credentials included: observers that store
     anything must redact them)."""
@@ -268,6 +270,7 @@ class Exchange:
         # Written out: one is made per request (docs/architecture.md, mypyc).
         self.method, self.path, self.query = method, path, query
         self.endpoint, self.client, self.request_headers = endpoint, client, request_headers
+        self.client_name = ""
         self.id = new_id() if id is None else id
         self.started = time.monotonic() if started is None else started
         self.started_wall = time.time() if started_wall is None else started_wall

@@ -90,8 +90,9 @@ def test_record_mode_defaults_by_bind() -> None:
 def test_help_shows_every_setting_with_its_default() -> None:
     serve = build_parser()._subparsers._group_actions[0].choices["serve"]  # type: ignore[union-attr]
     text = serve.format_help()
-    for name in Settings.model_fields:
-        assert "--" + name.replace("_", "-") in text
+    for name, field in Settings.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        assert str(extra.get("flag", "--" + name.replace("_", "-"))) in text
     assert "11435" in text and "OLLAMA_TAP_PORT" in text
 
 

@@ -11,22 +11,32 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from proxy.cli import bench, decode, loads, models, records
+from proxy.cli import bench, decode, loads, models, records, top
 from proxy.config import ConfigError, Settings
 from proxy.recorder.schema import SchemaError
 
 
 def _flag_help(name: str, field: FieldInfo) -> str:
     default = field.default
-    shown = "none" if default is None else default
+    shown = "none" if default is None or default == () else default
     return f"{field.description} [default: {shown}; env OLLAMA_TAP_{name.upper()}]"
 
 
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Settings field; unset flags leave the environment and defaults in charge."""
     for name, field in Settings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        if field.annotation is bool:
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        flag = str(extra.get("flag", "--" + name.replace("_", "-")))
+        if isinstance(field.default, tuple):  # a repeatable flag (--client A=… --client B=…)
+            parser.add_argument(
+                flag,
+                dest=name,
+                action="append",
+                default=argparse.SUPPRESS,
+                metavar="RULE",
+                help=_flag_help(name, field),
+            )
+        elif field.annotation is bool:
             parser.add_argument(
                 flag,
                 action=argparse.BooleanOptionalAction,
@@ -106,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve)
     serve.set_defaults(func=cmd_serve)
-    for command in (records, decode, models, bench, loads):
+    for command in (records, decode, models, bench, loads, top):
         command.register(sub)
     return parser
 

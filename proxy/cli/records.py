@@ -36,7 +36,10 @@ _TOP = ("request", "response", "timeline", "context", "output", "thinking", "too
 
 
 def _filters(args: argparse.Namespace) -> Filters:
-    return Filters(args.model, args.endpoint, args.outcome, args.since, args.until, args.truncated)
+    return Filters(
+        args.model, args.endpoint, args.outcome, args.client,
+        since=args.since, until=args.until, truncated=args.truncated,
+    )  # fmt: skip
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -168,6 +171,7 @@ def _common(p: argparse.ArgumentParser, filters: bool) -> None:
         p.add_argument("--model", help="only this model (any spelling Ollama accepts)")
         p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
         p.add_argument("--outcome", help="only this outcome, e.g. ok, client_disconnected")
+        p.add_argument("--client", help="only this client name, e.g. open-webui, curl")
         p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
         p.add_argument("--until", type=parse_time, help="before this time")
         p.add_argument(

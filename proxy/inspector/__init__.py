@@ -1,7 +1,7 @@
 """The inspector page: GET /_tap/ and its static files, served from proxy/inspector/static/.
 
-No build step: plain HTML, CSS and one ES module that reads the recorder's JSON API. The
-auth middleware (proxy/auth.py) guards these routes and adds the CSP and nosniff headers;
+No build step: plain HTML, CSS and ES modules (the records, the Now view) that read the JSON
+API. The auth middleware (proxy/auth.py) guards these routes and adds the CSP and nosniff headers;
 the page therefore loads nothing inline and nothing from another origin. The files are
 read once, when the routes are added, so no request reads the disk on the event loop;
 only names found then are ever served, which rules out path traversal by construction.

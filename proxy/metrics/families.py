@@ -58,8 +58,10 @@ CONTEXT_TOKEN_BUCKETS: Final = (
     1_048_576,
 )
 UTILIZATION_BUCKETS: Final = (0.25, 0.5, 0.75, 0.9, 0.95, 1, 1.5, 2, 5, 10)
+CLIENT_TTFT_BUCKETS: Final = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+"""Coarse on purpose: with the client label alone, at most 10 series per client."""
 
-E, M, S = "endpoint", "model", "stream"
+E, M, S, C = "endpoint", "model", "stream", "client"
 L = "location"
 """`cloud` for exchanges Ollama proxied to a remote model (proxy/cloud.py), else `local`."""
 
@@ -71,15 +73,15 @@ BUILD_INFO: Final = _gauge(
     "Build of ollama-tap (=1).",
 )
 REQUESTS: Final = _counter(
-    "ollama_tap_requests_total", (E, M, "status", L),
+    "ollama_tap_requests_total", (E, M, C, "status", L),
     "Exchanges, by the status the client got.",
 )
 REQUEST_ERRORS: Final = _counter(
-    "ollama_tap_request_errors_total", (E, M, "kind"),
+    "ollama_tap_request_errors_total", (E, M, C, "kind"),
     "Exchanges by outcome other than ok.",
 )
 IN_FLIGHT: Final = _gauge(
-    "ollama_tap_requests_in_flight", (E, M),
+    "ollama_tap_requests_in_flight", (E, M, C),
     "Exchanges from request to end.",
 )
 RESPONSES: Final = _counter(
@@ -147,15 +149,15 @@ PREFILL_SECONDS: Final = _counter(
     "prompt_eval_duration (rate pair).",
 )
 PROMPT_TOKENS: Final = _counter(
-    "ollama_tap_prompt_tokens_total", (E, M, L),
+    "ollama_tap_prompt_tokens_total", (E, M, C, L),
     "Prompt tokens, every source.",
 )
 CACHED_TOKENS: Final = _counter(
-    "ollama_tap_prompt_cached_tokens_total", (E, M, L),
+    "ollama_tap_prompt_cached_tokens_total", (E, M, C, L),
     "Prompt tokens served from the cache.",
 )
 GENERATION_TOKENS: Final = _counter(
-    "ollama_tap_generation_tokens_total", (E, M, L),
+    "ollama_tap_generation_tokens_total", (E, M, C, L),
     "Generated tokens, every source.",
 )
 CONTEXT_TOKENS: Final = _histogram(
@@ -173,6 +175,26 @@ COLD_STARTS: Final = _counter(
 TRUNCATIONS: Final = _counter(
     "ollama_tap_truncations_total", (E, M, "kind"),
     "Exchanges whose prompt or output the context cut, or whose overflow Ollama refused.",
+)
+
+# --- Who is waiting and who keeps the box busy (proxy/inflight/), computed at scrape time
+
+WAITING: Final = _gauge(
+    "ollama_tap_requests_waiting", (M,),
+    "Exchanges in flight with no output yet (queue, load and prefill).",
+)
+OLDEST_WAIT: Final = _gauge(
+    "ollama_tap_oldest_wait_seconds", (M,),
+    "Age of the oldest waiting exchange (0 when none).",
+)
+CLIENT_TTFT: Final = _histogram(
+    "ollama_tap_client_time_to_first_token_seconds", (C,),
+    "Request head to first output per client (streamed inference), coarse buckets.",
+    CLIENT_TTFT_BUCKETS,
+)
+CLIENT_BUSY: Final = _counter(
+    "ollama_tap_client_busy_seconds_total", (C, M),
+    "Seconds with at least one exchange of the client in flight on the model.",
 )
 
 # --- The upstream poller's

@@ -9,6 +9,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
 
+from proxy.attribution import ClientNames
 from proxy.cloud import LOCAL, location
 from proxy.exchange import Exchange, Outcome, OutputChunk, Usage
 from proxy.measures import cold_start, ctx_class, request_num_ctx
@@ -67,21 +68,29 @@ class MetricsObserver:
     (the in-flight count moves and the inter-token gaps follow: the head's status may just
     have proven the name, see ModelLabels) and at the end, so a name an /api/tags refresh
     found in the meantime gets its own label. The series of a label whose slot is freed go.
+    The client label (`ex.client_name`) is on the counters and the in-flight gauge only:
+    on the histograms it would multiply every bucket series by the number of clients.
     """
 
     name = NAME
 
     def __init__(
-        self, registry: CollectorRegistry, labels: ModelLabels, models: ModelState | None = None
+        self,
+        registry: CollectorRegistry,
+        labels: ModelLabels,
+        models: ModelState | None = None,
+        clients: ClientNames | None = None,
     ) -> None:
         self.m = RequestMetrics(registry)
         self.labels = labels
         self.models = models
         labels.on_free(self.m.forget_model)
+        if clients is not None:
+            clients.on_free(self.m.forget_client)
 
     def request(self, ex: Exchange) -> None:
         model = self.labels.label(ex.model)
-        gauge = self.m.in_flight[ex.endpoint, model]
+        gauge = self.m.in_flight[ex.endpoint, model, ex.client_name]
         gauge.inc()
         ex.metadata[NAME] = _State(model, gauge)
 
@@ -92,7 +101,7 @@ class MetricsObserver:
         model = self.labels.label(ex.model)
         if model != state.model:
             state.in_flight.dec()
-            state.in_flight = self.m.in_flight[ex.endpoint, model]
+            state.in_flight = self.m.in_flight[ex.endpoint, model, ex.client_name]
             state.in_flight.inc()
             state.model = model
 
@@ -128,10 +137,11 @@ class MetricsObserver:
         state: _State | None = ex.metadata.pop(NAME, None)
         if state is not None:
             state.in_flight.dec()
-        endpoint, model, where = ex.endpoint, self.labels.label(ex.model), location(ex)
-        self.m.requests[endpoint, model, status_label(ex), where].inc()
+        endpoint, model, client = ex.endpoint, self.labels.label(ex.model), ex.client_name
+        where = location(ex)
+        self.m.requests[endpoint, model, client, status_label(ex), where].inc()
         if ex.outcome is not None and ex.outcome is not Outcome.OK:
-            self.m.errors[endpoint, model, ex.outcome.value].inc()
+            self.m.errors[endpoint, model, client, ex.outcome.value].inc()
         if ex.done_reason is not None:
             reason = ex.done_reason if ex.done_reason in DONE_REASONS else "other"
             self.m.responses[endpoint, model, reason].inc()
@@ -142,7 +152,7 @@ class MetricsObserver:
         self._latency(ex, endpoint, model)
         if (usage := ex.usage) is None:
             return
-        self._tokens(usage, endpoint, model, where)
+        self._tokens(usage, endpoint, model, client, where)
         if not usage.has_timings or where != LOCAL:
             # A cloud reply's timings are ollama.com's (C4): no local figure takes them.
             return
@@ -167,17 +177,19 @@ class MetricsObserver:
             return
         if (ttft := ex.ttft) is not None:
             self.m.ttft[endpoint, model].observe(ttft)
+            if endpoint in INFERENCE_ENDPOINTS:
+                self.m.client_ttft[(ex.client_name,)].observe(ttft)
         if (ttfc := ex.ttfc) is not None:
             self.m.ttfc[endpoint, model].observe(ttfc)
         if (rate := ex.output_rate) is not None:
             self.m.output_rate[endpoint, model].observe(rate)
 
-    def _tokens(self, usage: Usage, endpoint: str, model: str, where: str) -> None:
+    def _tokens(self, usage: Usage, endpoint: str, model: str, client: str, where: str) -> None:
         if usage.prompt_eval_count is not None:
-            self.m.prompt_tokens[endpoint, model, where].inc(usage.prompt_eval_count)
-        self.m.generation_tokens[endpoint, model, where].inc(usage.eval_count)
+            self.m.prompt_tokens[endpoint, model, client, where].inc(usage.prompt_eval_count)
+        self.m.generation_tokens[endpoint, model, client, where].inc(usage.eval_count)
         if usage.prompt_eval_cached_count is not None:
-            self.m.cached_tokens[endpoint, model, where].inc(usage.prompt_eval_cached_count)
+            self.m.cached_tokens[endpoint, model, client, where].inc(usage.prompt_eval_cached_count)
 
     def _phases(self, ex: Exchange, usage: Usage, endpoint: str, model: str) -> None:
         labels = (endpoint, model, _stream(ex))

@@ -20,6 +20,7 @@ from proxy.exchange import Retry
 from proxy.metrics.families import (
     BUILD_INFO,
     CACHED_TOKENS,
+    CLIENT_TTFT,
     COLD_STARTS,
     CONTEXT_TOKENS,
     DB_SIZE,
@@ -150,6 +151,7 @@ class RequestMetrics:
         self.duration = histogram(r, DURATION)
         self.ttft = histogram(r, TTFT)
         self.ttfc = histogram(r, TTFC)
+        self.client_ttft = histogram(r, CLIENT_TTFT)
         self.inter_token = histogram(r, INTER_TOKEN)
         self.output_rate = histogram(r, OUTPUT_RATE)
         self.load = histogram(r, LOAD)
@@ -171,19 +173,24 @@ class RequestMetrics:
         self.retries = _counters(r, RETRIES)
         for reason in Retry:
             self.retries[(reason.value,)].inc(0)  # every reason a series from the start
-        self._by_model: tuple[Children[Counter] | Children[Gauge] | LoopHistogram, ...] = (
+        self._per_request: tuple[Children[Counter] | Children[Gauge] | LoopHistogram, ...] = (
             *(self.requests, self.errors, self.in_flight, self.responses, self.duration),
             *(self.ttft, self.ttfc, self.inter_token, self.output_rate, self.load, self.queue),
             *(self.prompt_eval, self.eval, self.decode_rate, self.prefill_rate),
             *(self.decode_tokens, self.decode_seconds, self.prefill_tokens, self.prefill_seconds),
             *(self.prompt_tokens, self.cached_tokens, self.generation_tokens),
-            *(self.context_tokens, self.utilization, self.cold_starts),
+            *(self.context_tokens, self.utilization, self.cold_starts, self.client_ttft),
         )
 
     def forget_model(self, model: str) -> None:
         """Drop every series labelled `model` (its label slot was freed)."""
-        for family in self._by_model:
+        for family in self._per_request:
             family.drop("model", model)
+
+    def forget_client(self, client: str) -> None:
+        """Drop every series labelled `client` (its label slot was freed)."""
+        for family in self._per_request:
+            family.drop("client", client)
 
 
 class UpstreamMetrics:

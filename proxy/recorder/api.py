@@ -43,6 +43,7 @@ def filters_of(query: Mapping[str, str]) -> Filters:
         model=query.get("model") or None,
         endpoint=query.get("endpoint") or None,
         outcome=query.get("outcome") or None,
+        client=query.get("client") or None,
         since=parse_time(since) if since else None,
         until=parse_time(until) if until else None,
         truncated=_flag(query, "truncated"),

@@ -11,8 +11,9 @@ output, context or a timeline):
   (media as placeholders), the reply or final object (vectors as placeholders, ``context``
   moved out), ``context`` ids, the timeline with its text, numeric options, media hashes.
 - ``metadata``: an allow-list only — no query string and no client address (either
-  may identify a person), no headers, no text of any kind, no context ids (their count
-  is the ``context_len`` column), timeline offsets, kinds and wire sizes without text.
+  may identify a person; the bounded client name is kept), no headers, no text of any
+  kind, no context ids (their count is the ``context_len`` column), timeline offsets,
+  kinds and wire sizes without text.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ COLUMNS: Final = (
     "decode", "total", "duration",
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
-    "truncation", "load_event", "nbytes", "doc", "timeline",
+    "truncation", "load_event", "client_name", "nbytes", "doc", "timeline",
 )  # fmt: skip
 ROW_OVERHEAD: Final = 256
 """Rough bytes of a row's scalar columns and index entries, for size-based retention."""
@@ -156,6 +157,8 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
         "retried": None if ex.retried is None else ex.retried.value,
         "truncation": _truncation(ex),
         "load_event": _load_event(ex, full),
+        # A bounded label (on the metrics too), unlike the address: kept in every mode.
+        "client_name": ex.client_name or None,
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
         "doc": doc,
         "timeline": timeline,

@@ -65,6 +65,11 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # v5: the load event (JSON, proxy/loads/) of a request that triggered or waited for a
     # model load, NULL for the others.
     ("ALTER TABLE records ADD COLUMN load_event TEXT",),
+    # v6: which app sent the exchange (proxy/attribution.py), filtered on like the model.
+    (
+        "ALTER TABLE records ADD COLUMN client_name TEXT",
+        "CREATE INDEX records_client_name ON records(client_name, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -32,6 +32,8 @@ class Filters:
     model: str | None = None
     endpoint: str | None = None
     outcome: str | None = None
+    client: str | None = None
+    """A client name (proxy/attribution.py), matched as stored."""
     since: float | None = None
     """Unix seconds, inclusive."""
     until: float | None = None
@@ -46,6 +48,7 @@ class Filters:
             ("model = ?", canonical_model(self.model) if self.model else None),
             ("endpoint = ?", self.endpoint),
             ("outcome = ?", self.outcome),
+            ("client_name = ?", self.client),
             ("started >= ?", self.since),
             ("started < ?", self.until),
         ):

@@ -26,7 +26,10 @@ from tests.deploy.stack import (
     substitute,
 )
 
-ROWS = ["Overview", "Latency", "Phases", "Throughput", "Context", "Models", "Loads", "Proxy health"]
+ROWS = [
+    "Overview", "Latency", "Phases", "Throughput", "Clients", "Context", "Models", "Loads",
+    "Proxy health",
+]  # fmt: skip
 
 
 def test_committed_json_is_the_builders_output() -> None:

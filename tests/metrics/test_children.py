@@ -52,6 +52,22 @@ def test_forget_model_drops_its_series_from_every_request_family() -> None:
     m.forget_model("gone:latest")
     assert _series_of(registry, "gone:latest") == set()
     assert _series_of(registry, "kept:latest") == registered
-    m.requests["x", "gone:latest", "x", "x"].inc()  # the cache let go of the removed child too
-    gone = {"endpoint": "x", "model": "gone:latest", "status": "x", "location": "x"}
+    gone = {label: "gone:latest" if label == "model" else "x" for label in m.requests.labelnames}
+    m.requests[tuple(gone.values())].inc()  # the cache let go of the removed child too
     assert registry.get_sample_value("ollama_tap_requests_total", gone) == 1
+
+
+def test_forget_client_drops_its_series_from_the_client_families() -> None:
+    registry = CollectorRegistry()
+    m = RequestMetrics(registry)
+    for client in ("gone", "kept"):
+        for family in (m.requests, m.errors, m.in_flight, m.prompt_tokens, m.generation_tokens):
+            family[tuple(client if n == "client" else "x" for n in family.labelnames)].inc()
+    m.forget_client("gone")
+    clients = {
+        s.labels["client"]
+        for metric in registry.collect()
+        for s in metric.samples
+        if "client" in s.labels
+    }
+    assert clients == {"kept"}

@@ -377,20 +377,19 @@ async def test_metrics_endpoint_shows_the_official_clients_traffic(
 
     gen = {("endpoint", "/api/generate"), ("model", LLAMA)}
     compat = {("endpoint", "/v1/chat/completions"), ("model", LLAMA)}
+    # The counters name the client too (by User-Agent) and the location; the histograms never do.
     LOCAL = ("location", "local")
+    gen_c = {*gen, ("client", "ollama-python"), LOCAL}
+    compat_c = {*compat, ("client", "openai-python"), LOCAL}
     expected = {
         ("ollama_tap_upstream_up", frozenset()): 1.0,
         ("ollama_tap_upstream_info", frozenset({("version", "0.33.0-rc2")})): 1.0,
-        ("ollama_tap_requests_total", frozenset({*gen, LOCAL, ("status", "200")})): 1.0,
-        ("ollama_tap_requests_total", frozenset({*compat, LOCAL, ("status", "200")})): 1.0,
-        ("ollama_tap_generation_tokens_total", frozenset({*gen, LOCAL})): float(final.eval_count),
-        ("ollama_tap_prompt_tokens_total", frozenset({*gen, LOCAL})): float(
-            final.prompt_eval_count
-        ),
-        ("ollama_tap_generation_tokens_total", frozenset({*compat, LOCAL})): float(
-            usage.completion_tokens
-        ),
-        ("ollama_tap_prompt_tokens_total", frozenset({*compat, LOCAL})): float(usage.prompt_tokens),
+        ("ollama_tap_requests_total", frozenset({*gen_c, ("status", "200")})): 1.0,
+        ("ollama_tap_requests_total", frozenset({*compat_c, ("status", "200")})): 1.0,
+        ("ollama_tap_generation_tokens_total", frozenset(gen_c)): float(final.eval_count),
+        ("ollama_tap_prompt_tokens_total", frozenset(gen_c)): float(final.prompt_eval_count),
+        ("ollama_tap_generation_tokens_total", frozenset(compat_c)): float(usage.completion_tokens),
+        ("ollama_tap_prompt_tokens_total", frozenset(compat_c)): float(usage.prompt_tokens),
         ("ollama_tap_time_to_first_token_seconds_count", frozenset(gen)): 1.0,
         ("ollama_tap_time_to_first_token_seconds_count", frozenset(compat)): 1.0,
         ("ollama_tap_inter_token_latency_seconds_count", frozenset(gen)): 4.0,

@@ -1,4 +1,4 @@
-"""Reading one value from a registry by some of its labels."""
+"""One sample value from a registry, by the labels a test names (the others summed over)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from prometheus_client import CollectorRegistry
 def sample_value(
     registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None
 ) -> float | None:
-    """The sum of the samples called `name` whose labels include `labels` (all of them when
-    it names every label), None when none does: a test names the labels it is about, and
-    a label added to a family (`location`) does not change what it reads."""
+    """The sum of the samples called `name` whose labels include `labels`; None when none
+    does. A label a test does not name (`client`, say) is summed over, so a test of the
+    model label needs no knowledge of the others."""
     wanted = (labels or {}).items()
     found = [
         s.value

@@ -8,6 +8,7 @@
 
 import { showRecord } from "./detail.js";
 import "./loads.js";
+import "./now.js";
 import { hideList, initList, showList } from "./list.js";
 import { registerView, startRouter } from "./views.js";
 

@@ -27,6 +27,7 @@ from tests.support.fake_ollama.script import (
     output_pieces,
     shaped_tool_calls,
 )
+from tests.support.fake_ollama.slots import Slots
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {
@@ -72,6 +73,8 @@ class Engine:
 
     def __init__(self) -> None:
         self.script = Script()
+        self.slots = Slots()
+        """How many runs go at once (`slots.limit = 1`: one at a time, the rest wait)."""
         self.models: dict[str, FakeModel] = default_models()
         self.loaded: dict[str, LoadedModel] = {}
         self.blobs: dict[str, bytes] = {}
@@ -134,17 +137,18 @@ class Engine:
 
     async def produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
         """The scripted reply with real phase timings; the final object measures them."""
-        scheduler = self.scheduler
-        if scheduler is None:
-            async for event in self._produce(run, context=context):
-                yield event
-            return
-        await scheduler.acquire(run)
-        try:
-            async for event in self._produce(run, context=context):
-                yield event
-        finally:
-            scheduler.release(run)
+        async with self.slots.hold():
+            scheduler = self.scheduler
+            if scheduler is None:
+                async for event in self._produce(run, context=context):
+                    yield event
+                return
+            await scheduler.acquire(run)
+            try:
+                async for event in self._produce(run, context=context):
+                    yield event
+            finally:
+                scheduler.release(run)
 
     async def _produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
         script = self.script

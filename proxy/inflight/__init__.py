@@ -1,0 +1,1 @@
+"""What is in flight now: the registry (an observer), its metric families and its API."""
