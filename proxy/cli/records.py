@@ -25,6 +25,7 @@ from rich.text import Text
 from proxy.cli.options import add_db_option, add_vocab_options, store_from, vocab_source
 from proxy.config import ConfigError
 from proxy.recorder.export import har, write_jsonl
+from proxy.recorder.backend import StoreError as RecordsUnavailable
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, parse_time
 from proxy.terminal import printable
@@ -40,7 +41,7 @@ _TOP = ("request", "response", "timeline", "context", "output", "thinking", "too
 
 
 def _filters(args: argparse.Namespace) -> Filters:
-    return Filters(args.model, args.endpoint, args.outcome, args.since, args.until)
+    return Filters(args.model, args.endpoint, args.outcome, args.since, args.until, args.instance)
 
 
 def _ms(seconds: float | None) -> str:
@@ -175,7 +176,7 @@ def _guard(func: Command) -> Command:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(func(args))
-        except SchemaError as exc:
+        except (SchemaError, RecordsUnavailable, ConfigError) as exc:
             print(f"ollama-tap: {exc}", file=sys.stderr)
             return 2
 
@@ -190,6 +191,7 @@ def _common(p: argparse.ArgumentParser, filters: bool) -> None:
         p.add_argument("--outcome", help="only this outcome, e.g. ok, client_disconnected")
         p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
         p.add_argument("--until", type=parse_time, help="before this time")
+        p.add_argument("--instance", help="only records made by this tap (its --instance)")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,6 +18,7 @@ output, context or a timeline):
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -37,7 +38,7 @@ COLUMNS: Final = (
     "decode", "total", "duration",
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
-    "nbytes", "doc", "timeline",
+    "instance", "upstream", "nbytes", "doc", "timeline",
 )  # fmt: skip
 ROW_OVERHEAD: Final = 256
 """Rough bytes of a row's scalar columns and index entries, for size-based retention."""
@@ -107,7 +108,18 @@ def _doc(ex: Exchange, cap: Capture, full: bool, context: list[int] | None) -> d
     return doc
 
 
-def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Which tap made a record, and where it sent the request: what tells records apart
+    when several taps write to one database."""
+
+    instance: str
+    """The tap's --instance name."""
+    upstream: str
+    """The upstream's URL, without user or password."""
+
+
+def to_row(ex: Exchange, cap: Capture, mode: RecordMode, origin: Origin) -> dict[str, Any]:
     """The row for one finished exchange, as the privacy mode allows."""
     full = mode is RecordMode.FULL
     u = ex.usage
@@ -139,6 +151,8 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
         "chunks": ex.output_events,
         "error_message": ex.error_message,
         "retried": None if ex.retried is None else ex.retried.value,
+        "instance": origin.instance,
+        "upstream": origin.upstream,
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
         "doc": doc,
         "timeline": timeline,
