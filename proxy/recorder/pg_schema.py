@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from proxy.recorder.backend import StoreUnavailable
 from proxy.recorder.schema import SchemaError
@@ -97,13 +98,18 @@ def version_of(conn: psycopg.Connection[Any]) -> int | None:
     """The schema version, or None when this database holds no ollama-tap schema yet."""
     if not _exists(conn, "ollama_tap_migrations"):
         return None
-    row = conn.execute("SELECT max(version) FROM ollama_tap_migrations").fetchone()
-    return int(row[0]) if row is not None and row[0] is not None else 0
+    found = one(conn, "SELECT max(version) FROM ollama_tap_migrations")
+    return 0 if found is None else int(found)
 
 
 def _exists(conn: psycopg.Connection[Any], table: str) -> bool:
-    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
-    return bool(row and row[0])
+    return bool(one(conn, "SELECT to_regclass(%s) IS NOT NULL", (table,)))
+
+
+def one(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Any:
+    """The first value of the first row (as a tuple, whatever the connection's row factory)."""
+    row = conn.cursor(row_factory=tuple_row).execute(sql, params).fetchone()
+    return None if row is None else row[0]
 
 
 def migrate(conn: psycopg.Connection[Any]) -> None:

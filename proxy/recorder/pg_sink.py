@@ -9,7 +9,7 @@ from typing import Any, Final
 import psycopg
 
 from proxy.recorder.backend import RowsRefused, StoreUnavailable
-from proxy.recorder.pg_schema import RETENTION_LOCK, connect, migrate, reachable
+from proxy.recorder.pg_schema import RETENTION_LOCK, connect, migrate, one, reachable
 from proxy.recorder.record import COLUMNS
 from proxy.recorder.retention import Retention
 
@@ -86,10 +86,7 @@ class PostgresSink:
         conn = self._connection()
         try:
             with reachable():
-                row = conn.execute(
-                    "SELECT pg_try_advisory_lock(%s, %s)", RETENTION_LOCK
-                ).fetchone()
-                if not (row and row[0]):
+                if not one(conn, "SELECT pg_try_advisory_lock(%s, %s)", RETENTION_LOCK):
                     return 0
                 try:
                     return _prune(conn, retention, now)
@@ -104,10 +101,9 @@ class PostgresSink:
         if self._conn is None or self._conn.closed:
             return None
         try:
-            row = self._conn.execute("SELECT pg_total_relation_size('records')").fetchone()
+            return int(one(self._conn, "SELECT pg_total_relation_size('records')"))
         except psycopg.Error:
             return None
-        return int(row[0]) if row else None
 
     def _lose_connection(self) -> None:
         if self._conn is not None:
@@ -128,8 +124,7 @@ def _prune(conn: psycopg.Connection[Any], retention: Retention, now: float) -> i
         deleted += max(cur.rowcount, 0)
         if cur.rowcount < PRUNE_BATCH:
             break
-    row = conn.execute("SELECT coalesce(sum(nbytes), 0) FROM records").fetchone()
-    excess = (int(row[0]) if row else 0) - retention.max_bytes
+    excess = int(one(conn, "SELECT coalesce(sum(nbytes), 0) FROM records")) - retention.max_bytes
     while excess > 0:
         freed = [int(r[0]) for r in conn.execute(_OLDEST, (PRUNE_BATCH, excess))]
         if not freed:

@@ -3,6 +3,7 @@ and exports through a server-side cursor (constant memory, however many records)
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Iterator
 from typing import Any, Final
@@ -31,29 +32,45 @@ def _dialect(sql: str) -> str:
     return sql.replace("?", "%s")
 
 
+_POOLS: dict[str, ConnectionPool[psycopg.Connection[Any]]] = {}
+"""One pool per database and process, closed at exit: a pool left to the garbage collector
+would be collected on whichever thread dropped it last, and its workers cannot be joined
+from one of their own."""
+_POOLS_LOCK: Final = threading.Lock()
+
+
+def _pool(url: str) -> ConnectionPool[psycopg.Connection[Any]]:
+    with _POOLS_LOCK:
+        pool = _POOLS.get(url)
+        if pool is None or pool.closed:
+            pool = _POOLS[url] = ConnectionPool(
+                url,
+                min_size=1,
+                max_size=POOL_SIZE,
+                open=False,
+                timeout=CONNECT_TIMEOUT,
+                name="ollama-tap-reader",
+                # A server restarted since: its dead connections are replaced, not handed out.
+                check=ConnectionPool.check_connection,
+                configure=_configure,
+                kwargs={"connect_timeout": CONNECT_TIMEOUT, "autocommit": True},
+            )
+            pool.open()
+        return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    with _POOLS_LOCK:
+        for pool in _POOLS.values():
+            pool.close()
+        _POOLS.clear()
+
+
 class PostgresSource:
     def __init__(self, url: str) -> None:
         self.url = url
-        self._lock = threading.Lock()
-        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._schema_ok = False
-
-    def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ConnectionPool(
-                    self.url,
-                    min_size=1,
-                    max_size=POOL_SIZE,
-                    open=False,
-                    timeout=CONNECT_TIMEOUT,
-                    name="ollama-tap-reader",
-                    connection_class=psycopg.Connection,
-                    configure=_configure,
-                    kwargs={"connect_timeout": CONNECT_TIMEOUT, "autocommit": True},
-                )
-                self._pool.open()
-            return self._pool
 
     def _ready(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether the schema is there to read (checked until it is: a tap may create it
@@ -65,7 +82,7 @@ class PostgresSource:
         return self._schema_ok
 
     def rows(self, sql: str, params: list[Any]) -> list[Row]:
-        with reachable(), self._open_pool().connection() as conn:
+        with reachable(), _pool(self.url).connection() as conn:
             if not self._ready(conn):
                 return []
             rows: list[Row] = conn.execute(_dialect(sql), params).fetchall()
@@ -84,10 +101,10 @@ class PostgresSource:
                 yield from cur
 
     def close(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
+        with _POOLS_LOCK:
+            pool = _POOLS.pop(self.url, None)
+        if pool is not None:
+            pool.close()
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:

@@ -12,14 +12,21 @@ from proxy.recorder.sqlite_sink import SqliteSink
 from proxy.recorder.sqlite_source import SqliteSource
 
 
+# psycopg is an extra: without it only a postgresql:// --db is refused. Imported here, at
+# start-up, rather than when the first store is made, which may be on the event loop.
+try:
+    from proxy.recorder import pg_sink, pg_source
+except ImportError as exc:  # pragma: no cover - the test extra installs it
+    _MISSING: str | None = str(exc)
+else:
+    _MISSING = None
+
+
 def _postgres() -> Any:
-    """The PostgreSQL modules, imported only for a postgresql:// --db: psycopg is an extra."""
-    try:
-        from proxy.recorder import pg_sink, pg_source
-    except ImportError as exc:
+    if _MISSING is not None:
         raise ConfigError(
-            f"a postgresql:// --db needs psycopg ({exc}); install ollama-tap[postgres]."
-        ) from None
+            f"a postgresql:// --db needs psycopg ({_MISSING}); install ollama-tap[postgres]."
+        )
     return pg_sink, pg_source
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from proxy.config import Settings
 from proxy.recorder import Recorder
 from tests.recorder.factory import make_settings
+from tests.support.postgres import PgServer, binaries
 
 
 @pytest.fixture
@@ -45,3 +47,44 @@ async def recorder(
 
 def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> Any:
     return registry.get_sample_value(name, labels or {})
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One PostgreSQL server for the session (a fresh database per test: `pg_url`)."""
+    found = binaries()
+    if found is None:
+        pytest.skip("PostgreSQL is not installed (make system-deps installs Debian's)")
+    server = PgServer(found)
+    try:
+        server.start()
+        server.add_password_user()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    return pg_server.new_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a test records, once for each store: a SQLite file, a PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "data" / "records.db"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def raw_bytes(db: Path | str, server: PgServer | None) -> bytes:
+    """Every byte the store holds: the SQLite files, or a pg_dump with its bytea values
+    (hex in the dump) decoded, so text inside the stored documents is searchable too."""
+    if isinstance(db, Path):
+        files = sorted(db.parent.glob(db.name + "*"))
+        assert files, "no database file"
+        return b"".join(f.read_bytes() for f in files)
+    assert server is not None
+    dump = server.dump(db)
+    return dump + b"".join(bytes.fromhex(h.decode()) for h in re.findall(rb"\\\\x([0-9a-f]+)", dump))
