@@ -14,7 +14,9 @@ from prometheus_client import CollectorRegistry
 from proxy.config import Settings
 from proxy.recorder import Recorder
 from tests.recorder.factory import make_settings
-from tests.support.postgres import PgServer, binaries
+from tests.support.postgres import PgServer, pg_server, pg_url
+
+__all__ = ["pg_server", "pg_url"]  # fixtures, for the tests of this folder
 
 
 @pytest.fixture
@@ -47,26 +49,6 @@ async def recorder(
 
 def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> Any:
     return registry.get_sample_value(name, labels or {})
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    """One PostgreSQL server for the session (a fresh database per test: `pg_url`)."""
-    found = binaries()
-    if found is None:
-        pytest.skip("PostgreSQL is not installed (make system-deps installs Debian's)")
-    server = PgServer(found)
-    try:
-        server.start()
-        server.add_password_user()
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def pg_url(pg_server: PgServer) -> str:
-    return pg_server.new_database()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

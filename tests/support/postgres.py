@@ -11,9 +11,11 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.support.serve_process import free_port
 
@@ -85,3 +87,23 @@ class PgServer:
         except subprocess.CalledProcessError:
             pass  # already stopped
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One PostgreSQL server for the session (a fresh database per test: `pg_url`)."""
+    found = binaries()
+    if found is None:
+        pytest.skip("PostgreSQL is not installed (make system-deps installs Debian's)")
+    server = PgServer(found)
+    try:
+        server.start()
+        server.add_password_user()
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    return pg_server.new_database()

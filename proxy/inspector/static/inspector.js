@@ -151,6 +151,7 @@ const list = {
   generation: 0, // a newer load (filters changed) makes an older reply stale
   models: new Set(),
   endpoints: new Set(),
+  instances: new Set(),
 };
 
 function filterValues() {
@@ -159,6 +160,7 @@ function filterValues() {
     model: String(form.get("model") ?? "").trim(),
     endpoint: String(form.get("endpoint") ?? "").trim(),
     outcome: String(form.get("outcome") ?? ""),
+    instance: String(form.get("instance") ?? "").trim(),
   };
 }
 
@@ -215,6 +217,7 @@ async function loadList(reset) {
       tbody.append(recordRow(r));
       remember(list.models, "#models", r.model);
       remember(list.endpoints, "#endpoints", r.endpoint);
+      remember(list.instances, "#instances", r.instance);
     }
     list.cursor = page.next_cursor;
     list.shown += page.records.length;
@@ -645,6 +648,8 @@ function renderRecord(r) {
       ["done reason", r.done_reason],
       ["model digest", r.model_digest],
       ["client", r.client],
+      ["instance", r.instance],
+      ["upstream", r.upstream],
       ["request / reply bytes", `${bytes(r.request_bytes)} / ${bytes(r.response_bytes)}`],
       ["output chunks", count(r.chunks)],
       ["Ollama's error", r.error_message],
