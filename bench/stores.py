@@ -45,7 +45,11 @@ from proxy.recorder.store import Filters, Store
 from tests.support.postgres import PgServer, binaries
 
 TOKEN = "bench-admin-token-0123456789"
-_FILLED = {"id": "printf('b%09d', n)", "started": "1750000000.0 + n", "model": "'m' || (n % 20) || ':latest'"}
+_FILLED = {
+    "id": "printf('b%09d', n)",
+    "started": "1750000000.0 + n",
+    "model": "'m' || (n % 20) || ':latest'",
+}
 
 
 async def write(db: Path | str, rate: int, seconds: float) -> dict[str, float]:
@@ -61,7 +65,7 @@ async def write(db: Path | str, rate: int, seconds: float) -> dict[str, float]:
         _one(rec, 20)
     paced = time.perf_counter() - start
     depth = "ollama_tap_recorder_queue_depth"
-    while (registry.get_sample_value(depth) or 0) > 0:
+    while (registry.get_sample_value(depth) or 0) > 0:  # noqa: ASYNC110 - a gauge, no event
         await asyncio.sleep(0.01)
     drained = time.perf_counter() - start
     await rec.stop()
@@ -108,7 +112,7 @@ def fill_postgres(url: str, rows: int) -> None:
     pg = _select(str).replace("printf('b%09d', n)", "'b' || lpad(n::text, 9, '0')")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            f"INSERT INTO records ({', '.join(COLUMNS)})"  # type: ignore[arg-type]
+            f"INSERT INTO records ({', '.join(COLUMNS)})"
             f" SELECT {pg} FROM generate_series(1, {rows}) AS n"
         )
         conn.execute("VACUUM ANALYZE records")

@@ -24,8 +24,8 @@ from rich.text import Text
 
 from proxy.cli.options import add_db_option, add_vocab_options, store_from, vocab_source
 from proxy.config import ConfigError
-from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.backend import StoreError as RecordsUnavailable
+from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, parse_time
 from proxy.terminal import printable

@@ -11,7 +11,6 @@ from proxy.recorder.backend import Sink, Source
 from proxy.recorder.sqlite_sink import SqliteSink
 from proxy.recorder.sqlite_source import SqliteSource
 
-
 # psycopg is an extra: without it only a postgresql:// --db is refused. Imported here, at
 # start-up, rather than when the first store is made, which may be on the event loop.
 try:

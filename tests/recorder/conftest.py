@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 import re
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,4 +69,6 @@ def raw_bytes(db: Path | str, server: PgServer | None) -> bytes:
         return b"".join(f.read_bytes() for f in files)
     assert server is not None
     dump = server.dump(db)
-    return dump + b"".join(bytes.fromhex(h.decode()) for h in re.findall(rb"\\\\x([0-9a-f]+)", dump))
+    return dump + b"".join(
+        bytes.fromhex(h.decode()) for h in re.findall(rb"\\\\x([0-9a-f]+)", dump)
+    )

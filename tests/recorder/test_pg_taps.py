@@ -5,8 +5,6 @@ credentials that are used but never printed."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import os
 import signal
 from collections import Counter
@@ -51,17 +49,13 @@ async def _generate(url: str, n: int, expect: str = SKY) -> None:
         assert reply.response == expect
 
 
-def _export(db: str, *flags: str) -> list[dict[str, Any]]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())) as wrapper:
-        assert main(["records", "export", "--db", db, *flags]) == 0
-        wrapper.flush()
-        out.write(wrapper.buffer.getvalue().decode())  # type: ignore[attr-defined]
-    return [orjson.loads(line) for line in out.getvalue().splitlines()]
+def _export(db: str, out: Path, *flags: str) -> list[dict[str, Any]]:
+    assert main(["records", "export", "--db", db, "-o", str(out), *flags]) == 0
+    return [orjson.loads(line) for line in out.read_bytes().splitlines()]
 
 
 async def test_two_taps_write_one_database_and_filters_tell_them_apart(
-    proxy_factory: MakeProxy, pg_url: str
+    proxy_factory: MakeProxy, pg_url: str, tmp_path: Path
 ) -> None:
     a = await proxy_factory(db=pg_url, instance="box-a")
     b = await proxy_factory(db=pg_url, instance="box-b")
@@ -73,14 +67,12 @@ async def test_two_taps_write_one_database_and_filters_tell_them_apart(
     assert {r["upstream"] for r in both} == {str(a.settings.upstream_url)}
     only_b = await records(a, 10, instance="box-b")  # tap A's API reads tap B's records
     assert {(r["instance"], r["endpoint"]) for r in only_b} == {("box-b", "/api/generate")}
-    exported = await asyncio.to_thread(_export, pg_url, "--instance", "box-a")
+    exported = await asyncio.to_thread(_export, pg_url, tmp_path / "a.jsonl", "--instance", "box-a")
     assert len(exported) == 10
     assert {(r["instance"], r["output"]) for r in exported} == {("box-a", SKY)}
 
 
-async def test_two_taps_starting_at_once_migrate_once(
-    fake_ollama: FakeOllama, pg_url: str
-) -> None:
+async def test_two_taps_starting_at_once_migrate_once(fake_ollama: FakeOllama, pg_url: str) -> None:
     started = await asyncio.gather(*(serve(fake_ollama.url, pg_url) for _ in range(2)))  # type: ignore[arg-type]
     try:
         with psycopg.connect(pg_url) as conn:
@@ -98,7 +90,9 @@ async def test_two_taps_starting_at_once_migrate_once(
 
 @pytest.mark.slow
 async def test_a_server_stopped_mid_traffic_costs_the_streams_nothing(
-    proxy_factory: MakeProxy, fake_ollama: FakeOllama, own_server: PgServer  # noqa: F811
+    proxy_factory: MakeProxy,
+    fake_ollama: FakeOllama,
+    own_server: PgServer,  # noqa: F811
 ) -> None:
     url = await asyncio.to_thread(own_server.new_database)
     proxy = await proxy_factory(db=url, recorder_queue=30)

@@ -4,6 +4,7 @@ server refuses to run as root). The system's own service is never used or starte
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -82,10 +83,8 @@ class PgServer:
         return self._run("pg_dump", "--no-owner", url).stdout
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
             self.stop("immediate")
-        except subprocess.CalledProcessError:
-            pass  # already stopped
         shutil.rmtree(self.root, ignore_errors=True)
 
 
