@@ -1,16 +1,16 @@
-"""The PostgreSQL store's write side: one connection of the writer thread, a multi-row
-INSERT per batch (idempotent on the record id), retention under an advisory lock."""
+"""The PostgreSQL store's write side: one connection of the writer thread, each batch one
+transaction of pipelined INSERTs (idempotent on the record id), retention under an
+advisory lock."""
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, Final
 
 import psycopg
 
 from proxy.recorder.backend import RowsRefused, StoreUnavailable
 from proxy.recorder.pg_schema import RETENTION_LOCK, connect, migrate, one, reachable
-from proxy.recorder.record import COLUMNS
+from proxy.recorder.record import COLUMNS, VALUES
 from proxy.recorder.retention import Retention
 
 PRUNE_BATCH: Final = 1000
@@ -29,13 +29,12 @@ _OLDEST: Final = (
 """The oldest rows, up to a batch, until their summed estimate covers the excess."""
 
 
-@lru_cache(maxsize=128)  # one per batch size up to BATCH
-def _insert(n: int) -> str:
-    row = f"({', '.join(['%s'] * len(COLUMNS))})"
-    return (
-        f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES {', '.join([row] * n)}"
-        " ON CONFLICT (id) DO NOTHING"
-    )
+_INSERT: Final = (
+    f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * len(COLUMNS))})"
+    " ON CONFLICT (id) DO NOTHING"
+)
+"""One prepared statement, its rows sent in one pipeline (psycopg's executemany): a fifth
+of the client CPU of one multi-row INSERT, whose 3,600 parameters the server must plan."""
 
 
 class PostgresSink:
@@ -68,11 +67,9 @@ class PostgresSink:
 
     def insert(self, rows: list[dict[str, Any]]) -> None:
         conn = self._connection()
-        params = [row[column] for row in rows for column in COLUMNS]
         try:
-            with reachable():
-                # One statement, so one transaction in autocommit: all of the batch or none.
-                conn.execute(_insert(len(rows)), params)
+            with reachable(), conn.transaction():  # all of the batch or none
+                conn.cursor().executemany(_INSERT, map(VALUES, rows))
         except StoreUnavailable:
             self._lose_connection()
             raise

@@ -18,6 +18,7 @@ output, context or a timeline):
 from __future__ import annotations
 
 import hashlib
+import operator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,6 +41,9 @@ COLUMNS: Final = (
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
     "instance", "upstream", "nbytes", "doc", "timeline",
 )  # fmt: skip
+VALUES: Final = operator.itemgetter(*COLUMNS)
+"""A row's values in COLUMNS order: binding them by position spares the driver a dict lookup
+per named parameter (36 per row), about 15% of sqlite3's insert CPU."""
 ROW_OVERHEAD: Final = 256
 """Rough bytes of a row's scalar columns and index entries, for size-based retention."""
 

@@ -4,7 +4,6 @@ watched for being deleted or replaced under the running proxy."""
 from __future__ import annotations
 
 import contextlib
-import operator
 import os
 import sqlite3
 from pathlib import Path
@@ -14,16 +13,13 @@ import structlog
 
 from proxy.metrics.registered import RecorderMetrics
 from proxy.recorder.backend import RowsRefused, StoreError
-from proxy.recorder.record import COLUMNS
+from proxy.recorder.record import COLUMNS, VALUES
 from proxy.recorder.retention import Retention, prune
 from proxy.recorder.schema import open_writer
 
 _INSERT: Final = (
     f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 )
-_VALUES: Final = operator.itemgetter(*COLUMNS)
-"""A row's values in COLUMNS order: binding them by position spares sqlite3 a dict lookup
-per named parameter (35 per row), about 15% of the insert's CPU."""
 
 log = structlog.get_logger("ollama_tap.recorder")
 
@@ -48,7 +44,7 @@ class SqliteSink:
         assert conn is not None
         try:
             conn.execute("BEGIN")
-            conn.executemany(_INSERT, map(_VALUES, rows))
+            conn.executemany(_INSERT, map(VALUES, rows))
             conn.execute("COMMIT")
         except Exception as exc:
             # sqlite3's errors, and a value it cannot bind (an integer past 64 bits, a lone

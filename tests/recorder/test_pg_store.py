@@ -165,6 +165,7 @@ def test_retention_runs_in_one_tap_at_a_time(pg_url: str) -> None:
         other_tap.execute("SELECT pg_advisory_lock(%s, %s)", RETENTION_LOCK)
         assert sink.prune(old, now=10_000.0) == 0  # the other tap is pruning: skipped
         assert _count(pg_url) == 10
+        other_tap.execute("SELECT pg_advisory_unlock(%s, %s)", RETENTION_LOCK)  # it is done
     assert sink.prune(old, now=10_000.0) == 10
     sink.close()
 
