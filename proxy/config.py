@@ -76,8 +76,15 @@ class Settings(BaseSettings):
         description="Most `model` label values for names Ollama served but does not list "
         "(listed names are not capped); the rest are `other`.",
     )
-    db: Path | None = Field(
-        None, description="SQLite database file (default: $XDG_DATA_HOME/ollama-tap/records.db)."
+    # Recorder store and origin (issue 24, a shared PostgreSQL store): --db is a SQLite
+    # file or a postgresql:// URL; every record names the tap that made it.
+    db: Path | str | None = Field(
+        None,
+        description="SQLite database file, or a postgresql://user@host/db URL (password "
+        "from the URL, PGPASSWORD or ~/.pgpass) (default: $XDG_DATA_HOME/ollama-tap/records.db).",
+    )
+    instance: str | None = Field(
+        None, description="This tap's name in its records (default: the host name)."
     )
     record: RecordMode | None = Field(
         None, description="full, metadata or off (default: full on loopback, else metadata)."
@@ -147,6 +154,12 @@ class Settings(BaseSettings):
             raise ValueError("must start with '/' and lie outside /_tap/")
         return v
 
+    @field_validator("db")
+    @classmethod
+    def _db(cls, v: Path | str | None) -> Path | str | None:
+        # A URL stays text (psycopg reads it); anything else is a file.
+        return v if v is None or is_postgres_url(v) else Path(v)
+
     @field_validator("log_level")
     @classmethod
     def _log_level(cls, v: str) -> str:
@@ -174,7 +187,18 @@ class Settings(BaseSettings):
 
     @property
     def db_path(self) -> Path:
-        return self.db if self.db is not None else _xdg_data_dir() / "records.db"
+        """The SQLite file; with a PostgreSQL --db, the default one's place (the admin
+        token is kept in its directory)."""
+        return self.db if isinstance(self.db, Path) else _xdg_data_dir() / "records.db"
+
+    @property
+    def db_location(self) -> Path | str:
+        """What the recorder writes to: the SQLite file or the PostgreSQL URL."""
+        return self.db if isinstance(self.db, str) else self.db_path
+
+    @property
+    def instance_name(self) -> str:
+        return self.instance or socket.gethostname()
 
     def check(self) -> None:
         """Refuse settings that cannot work, with a message that names the fix."""
@@ -199,6 +223,11 @@ class Settings(BaseSettings):
                 "--admin-token none is allowed on loopback binds only; recordings hold "
                 "other people's prompts. Set a token or bind to 127.0.0.1."
             )
+
+
+def is_postgres_url(location: object) -> bool:
+    """Whether a --db value names a PostgreSQL database rather than a SQLite file."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
 def _strip(value: str) -> str:

@@ -70,3 +70,17 @@ def redacted_path(path: str) -> str:
         head, *params = segment.split(";")
         segments.append(";".join([head, _redacted_pieces(params, False)]) if params else head)
     return "/".join(segments)
+
+
+def redacted_url(url: str) -> str:
+    """A URL fit to print: no password in its user part, no credential in its query
+    (`postgresql://tap:secret@db/tap?sslpassword=x` → `postgresql://tap@db/tap?sslpassword=…`)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest, mark, query = rest.partition("?")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, hosts = authority.rpartition("@")
+    if at:
+        authority = f"{userinfo.partition(':')[0]}@{hosts}"
+    return f"{scheme}://{authority}{slash}{path}{mark}{redacted_query(query)}"

@@ -7,6 +7,7 @@ import gc
 import signal
 import ssl
 import sys
+from pathlib import Path
 
 import structlog
 from aiohttp import web
@@ -14,6 +15,7 @@ from aiohttp import web
 from proxy import compiled, logs
 from proxy.app import ADMIN_TOKEN, make_app
 from proxy.config import ConfigError, Settings, all_loopback, bind_addresses
+from proxy.credentials import redacted_url
 from proxy.relay import make_site, raise_fd_limit
 
 
@@ -43,9 +45,16 @@ def banner(settings: Settings, token: str | None) -> str:
         f"ollama-tap {base} -> Ollama {settings.upstream_url}\n"
         f"  metrics:   {base}{settings.metrics_path}\n"
         f"  inspector: {inspector}\n"
-        f"  recording: {settings.record_mode} -> {settings.db_path}\n"
+        f"  recording: {settings.record_mode} -> {shown_location(settings)}"
+        f" as {settings.instance_name}\n"
         f"  build:     {build_kind()}"
     )
+
+
+def shown_location(settings: Settings) -> str:
+    """Where records go, as printed: a PostgreSQL URL without its password."""
+    location = settings.db_location
+    return str(location) if isinstance(location, Path) else redacted_url(location)
 
 
 def build_kind() -> str:

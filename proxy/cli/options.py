@@ -21,15 +21,16 @@ def add_db_option(p: argparse.ArgumentParser) -> None:
     """--db, read by `store_from`."""
     p.add_argument(
         "--db",
-        type=Path,
         default=None,
-        help="database file [default: as serve: $OLLAMA_TAP_DB, else the XDG data dir]",
+        help="database file or postgresql:// URL [default: as serve: $OLLAMA_TAP_DB, else "
+        "the XDG data dir]",
     )
 
 
 def store_from(args: argparse.Namespace) -> Store:
     """The database `add_db_option` chose: --db, else where `serve` records."""
-    return Store(args.db if args.db is not None else Settings.model_validate({}).db_path)
+    values = {} if args.db is None else {"db": args.db}
+    return Store(Settings.model_validate(values).db_location)
 
 
 def add_vocab_options(p: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ from proxy.cli.listing import print_table
 from proxy.cli.options import add_db_option, add_vocab_options, store_from, vocab_source
 from proxy.cli.showing import head_lines
 from proxy.config import ConfigError
+from proxy.recorder.backend import StoreError as RecordsUnavailable
 from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, parse_time
@@ -38,7 +39,7 @@ _TOP = ("request", "response", "timeline", "context", "output", "thinking", "too
 def _filters(args: argparse.Namespace) -> Filters:
     return Filters(
         args.model, args.endpoint, args.outcome, args.client,
-        since=args.since, until=args.until, truncated=args.truncated,
+        since=args.since, until=args.until, truncated=args.truncated, instance=args.instance,
     )  # fmt: skip
 
 
@@ -158,7 +159,7 @@ def _guard(func: Command) -> Command:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(func(args))
-        except SchemaError as exc:
+        except (SchemaError, RecordsUnavailable, ConfigError) as exc:
             print(f"ollama-tap: {exc}", file=sys.stderr)
             return 2
 
@@ -178,6 +179,7 @@ def _common(p: argparse.ArgumentParser, filters: bool) -> None:
             "--truncated", action="store_true",
             help="only exchanges with a truncation verdict (docs/diagnoses.md)",
         )  # fmt: skip
+        p.add_argument("--instance", help="only records made by this tap (its --instance)")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

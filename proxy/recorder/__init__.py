@@ -1,4 +1,5 @@
-"""The recorder observer: one SQLite row per exchange in scope, as the privacy mode allows."""
+"""The recorder observer: one row per exchange in scope (SQLite or PostgreSQL), as the
+privacy mode allows."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from proxy.config import RecordMode, Settings
 from proxy.exchange import Exchange, OutputChunk
 from proxy.metrics.registered import RecorderMetrics
 from proxy.names import recordable
+from proxy.recorder.record import Origin
 from proxy.recorder.retention import Retention
 from proxy.recorder.scope import Capture, Scope, scope_of
 from proxy.recorder.store import Store
+from proxy.recorder.stores import sink_for
 from proxy.recorder.timeline import Timeline
 from proxy.recorder.writer import Writer
 
@@ -49,13 +52,19 @@ class Recorder:
         """The model's current digest by canonical name (the upstream poller's knowledge)."""
         self.spelling = spelling
         """The `model` column: the canonical name as typed, or as Ollama lists it (names.py)."""
-        self.store = Store(settings.db_path)
+        self.store = Store(settings.db_location)
         self.metrics = RecorderMetrics(registry)
         self.writer: Writer | None = None
         if self.mode is not RecordMode.OFF:
             retention = Retention(settings.retention_days * 86400.0, settings.retention_bytes)
+            upstream = str(settings.upstream_url.with_user(None))
             self.writer = Writer(
-                settings.db_path, self.mode, settings.recorder_queue, retention, self.metrics
+                sink_for(settings.db_location, self.metrics),
+                self.mode,
+                settings.recorder_queue,
+                retention,
+                self.metrics,
+                Origin(settings.instance_name, upstream),
             )
 
     async def start(self) -> None:
@@ -68,6 +77,7 @@ class Recorder:
         """Write everything queued so far and close, waiting at most STOP_TIMEOUT."""
         if self.writer is not None:
             await asyncio.to_thread(self.writer.stop, STOP_TIMEOUT)
+        await asyncio.to_thread(self.store.close)
 
     def _capture(self, ex: Exchange) -> Capture | None:
         scope = scope_of(ex, self.record_routes)

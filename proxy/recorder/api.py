@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 from aiohttp import web
 
+from proxy.recorder.backend import StoreUnavailable
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, parse_time
 from proxy.tokens.context import LoadVocab, decode_record
@@ -47,6 +48,7 @@ def filters_of(query: Mapping[str, str]) -> Filters:
         since=parse_time(since) if since else None,
         until=parse_time(until) if until else None,
         truncated=_flag(query, "truncated"),
+        instance=query.get("instance") or None,
     )
 
 
@@ -90,6 +92,8 @@ def add_routes(
             page, cursor = await asyncio.to_thread(store.page, *args)
         except SchemaError as exc:
             return _error(500, str(exc))
+        except StoreUnavailable as exc:
+            return _error(503, str(exc))
         return _json({"records": page, "next_cursor": cursor})
 
     async def record(request: web.Request) -> web.Response:
@@ -102,6 +106,8 @@ def add_routes(
             found = await asyncio.to_thread(store.get, record_id)
         except SchemaError as exc:
             return _error(500, str(exc))
+        except StoreUnavailable as exc:
+            return _error(503, str(exc))
         if found is None:
             return _error(404, f"no record {record_id!r}; list them at /_tap/api/records")
         found["decoded_context"] = await decode_record(found, vocabs, tokens)

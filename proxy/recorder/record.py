@@ -19,6 +19,8 @@ output, context or a timeline):
 from __future__ import annotations
 
 import hashlib
+import operator
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -39,8 +41,11 @@ COLUMNS: Final = (
     "decode", "total", "duration",
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
-    "truncation", "load_event", "client_name", "nbytes", "doc", "timeline",
+    "truncation", "load_event", "client_name", "instance", "upstream", "nbytes", "doc", "timeline",
 )  # fmt: skip
+VALUES: Final = operator.itemgetter(*COLUMNS)
+"""A row's values in COLUMNS order: binding them by position spares the driver a dict lookup
+per named parameter (36 per row), about 15% of sqlite3's insert CPU."""
 ROW_OVERHEAD: Final = 256
 """Rough bytes of a row's scalar columns and index entries, for size-based retention."""
 
@@ -123,7 +128,18 @@ def _load_event(ex: Exchange, full: bool) -> str | None:
     return orjson.dumps(event if full else {**event, "client": None}).decode()
 
 
-def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Which tap made a record, and where it sent the request: what tells records apart
+    when several taps write to one database."""
+
+    instance: str
+    """The tap's --instance name."""
+    upstream: str
+    """The upstream's URL, without user or password."""
+
+
+def to_row(ex: Exchange, cap: Capture, mode: RecordMode, origin: Origin) -> dict[str, Any]:
     """The row for one finished exchange, as the privacy mode allows."""
     full = mode is RecordMode.FULL
     u = ex.usage
@@ -159,6 +175,8 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode) -> dict[str, Any]:
         "load_event": _load_event(ex, full),
         # A bounded label (on the metrics too), unlike the address: kept in every mode.
         "client_name": ex.client_name or None,
+        "instance": origin.instance,
+        "upstream": origin.upstream,
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
         "doc": doc,
         "timeline": timeline,

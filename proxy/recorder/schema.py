@@ -70,6 +70,13 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE records ADD COLUMN client_name TEXT",
         "CREATE INDEX records_client_name ON records(client_name, seq)",
     ),
+    # v7: the tap that made the record (--instance) and the upstream it went to, so that
+    # records from several taps in one database can be told apart and filtered.
+    (
+        "ALTER TABLE records ADD COLUMN instance TEXT",
+        "ALTER TABLE records ADD COLUMN upstream TEXT",
+        "CREATE INDEX records_instance ON records(instance, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

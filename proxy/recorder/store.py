@@ -1,15 +1,14 @@
 """The read side: list (filtered, cursor-paginated), fetch and iterate records.
 
 Every method is blocking (the CLI calls them directly; the API through
-``asyncio.to_thread``) and opens its own read-only connection, which WAL lets run beside
-the writer. A missing file reads as empty (``--record off``, or nothing recorded yet).
+``asyncio.to_thread``). The SQL and the record dicts are the same for every store; the
+`Source` (SQLite or PostgreSQL, see stores.py) only runs the queries. A database with
+nothing recorded yet reads as empty.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,13 +17,13 @@ from typing import Any, Final
 import orjson
 
 from proxy.names import canonical_model
+from proxy.recorder.backend import Row, Source
 from proxy.recorder.output import from_reply, from_timeline
 from proxy.recorder.record import COLUMNS
-from proxy.recorder.schema import open_reader
+from proxy.recorder.stores import source_for
 from proxy.recorder.timeline import unpack
 
 SUMMARY: Final = ("seq", *(c for c in COLUMNS if c not in {"nbytes", "doc", "timeline"}))
-_PAGE: Final = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +39,8 @@ class Filters:
     """Unix seconds, exclusive."""
     truncated: bool = False
     """Only records with a truncation verdict."""
+    instance: str | None = None
+    """The tap that made the record (its --instance)."""
 
     def where(self) -> tuple[list[str], list[Any]]:
         clauses: list[str] = []
@@ -51,6 +52,7 @@ class Filters:
             ("client_name = ?", self.client),
             ("started >= ?", self.since),
             ("started < ?", self.until),
+            ("instance = ?", self.instance),
         ):
             if value is not None:
                 clauses.append(column)
@@ -60,7 +62,7 @@ class Filters:
         return clauses, params
 
 
-def summary(row: sqlite3.Row) -> dict[str, Any]:
+def summary(row: Row) -> dict[str, Any]:
     out = {name: row[name] for name in SUMMARY}
     out["streamed"] = bool(out["streamed"])
     out["truncation"] = orjson.loads(out["truncation"]) if out["truncation"] else None
@@ -69,7 +71,7 @@ def summary(row: sqlite3.Row) -> dict[str, Any]:
     return out
 
 
-def full(row: sqlite3.Row) -> dict[str, Any]:
+def full(row: Row) -> dict[str, Any]:
     """Every stored field: the columns, the document, the timeline and the output."""
     out = summary(row)
     doc = orjson.loads(row["doc"]) if row["doc"] else {}
@@ -85,17 +87,18 @@ def full(row: sqlite3.Row) -> dict[str, Any]:
 
 
 class Store:
-    """Reads the recordings database at `path`."""
+    """Reads the recordings database at `location`: a SQLite file or a PostgreSQL URL."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, location: Path | str) -> None:
+        self.location = location
+        self.source: Source = source_for(location)
 
-    def _query(self, sql: str, params: list[Any]) -> list[sqlite3.Row]:
-        if not self.path.exists():
-            return []
-        with closing(open_reader(self.path)) as conn:
-            conn.row_factory = sqlite3.Row
-            return conn.execute(sql, params).fetchall()
+    @property
+    def path(self) -> Path:
+        """The SQLite file (a PostgreSQL store has none)."""
+        if not isinstance(self.location, Path):
+            raise TypeError("a PostgreSQL store has no file")
+        return self.location
 
     def page(
         self, filters: Filters, limit: int = 50, cursor: str | None = None
@@ -106,7 +109,7 @@ class Store:
             clauses.append("seq < ?")
             params.append(int(cursor))
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._query(
+        rows = self.source.rows(
             f"SELECT {', '.join(SUMMARY)} FROM records{where} ORDER BY seq DESC LIMIT ?",
             [*params, limit + 1],
         )
@@ -114,7 +117,7 @@ class Store:
         return page, str(page[-1]["seq"]) if len(rows) > limit else None
 
     def get(self, record_id: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT * FROM records WHERE id = ?", [record_id])
+        rows = self.source.rows("SELECT * FROM records WHERE id = ?", [record_id])
         return full(rows[0]) if rows else None
 
     def ids_like(self, pattern: str, limit: int = 5) -> list[str]:
@@ -125,18 +128,13 @@ class Store:
         return [r["id"] for r in rows]
 
     def each(self, filters: Filters) -> Iterator[dict[str, Any]]:
-        """Every matching record in full, oldest first, read a page at a time."""
+        """Every matching record in full, oldest first, at constant memory."""
         clauses, params = filters.where()
-        last = 0
-        while True:
-            where = " AND ".join([*clauses, "seq > ?"])
-            rows = self._query(
-                f"SELECT * FROM records WHERE {where} ORDER BY seq LIMIT {_PAGE}", [*params, last]
-            )
-            yield from (full(r) for r in rows)
-            if len(rows) < _PAGE:
-                return
-            last = rows[-1]["seq"]
+        return (full(r) for r in self.source.each(clauses, params))
+
+    def close(self) -> None:
+        """Let go of pooled connections (PostgreSQL); the store opens them again if used."""
+        self.source.close()
 
 
 def parse_time(value: str) -> float:

@@ -4,24 +4,22 @@ The event loop side is a ``deque.append`` (no I/O; a lock only to wake the threa
 queue was empty); a full queue drops the record and counts it, so client traffic is never
 slowed. The thread sleeps until there is work: a record queued (it then waits FLUSH_EVERY
 seconds for more and writes everything queued in transactions of up to BATCH rows), the
-file's measurement falling due (at most every MEASURE_EVERY seconds after writes), a prune
+store's measurement falling due (at most every MEASURE_EVERY seconds after writes), a prune
 (every PRUNE_EVERY seconds), or stop, when it drains the queue before closing. An idle
 proxy's writer wakes only to prune: it used to wake every FLUSH_EVERY seconds to find
-nothing, each time taking the GIL from the event loop. Retention runs here rather than in
-a second connection so the file has exactly one writer and no transaction ever waits on
-another.
+nothing, each time taking the GIL from the event loop.
+
+The store (`Sink`: a SQLite file or PostgreSQL) is written only from this thread. A store
+that cannot be reached keeps the batch in hand, tried again every RETRY_EVERY seconds,
+while new records queue up to the bound and are then dropped and counted; the insert is
+idempotent on the record id, so a batch whose commit was cut off is never stored twice.
 """
 
 from __future__ import annotations
 
-import contextlib
-import operator
-import os
-import sqlite3
 import threading
 import time
 from collections import deque
-from pathlib import Path
 from typing import Any, Final
 
 import structlog
@@ -29,9 +27,9 @@ import structlog
 from proxy.config import RecordMode
 from proxy.exchange import Exchange
 from proxy.metrics.registered import RecorderMetrics
-from proxy.recorder.record import COLUMNS, to_row
-from proxy.recorder.retention import Retention, prune
-from proxy.recorder.schema import open_writer
+from proxy.recorder.backend import RowsRefused, Sink, StoreError, StoreUnavailable
+from proxy.recorder.record import Origin, to_row
+from proxy.recorder.retention import Retention
 from proxy.recorder.scope import Capture
 
 QUEUE_BYTES: Final = 256 * 1024 * 1024
@@ -46,29 +44,27 @@ PRUNE_EVERY: Final = 300.0
 MEASURE_EVERY: Final = 1.0
 """Least seconds between two measurements of the file after writes: at one request at a
 time every round writes one row, and its two `stat` calls were a tenth of its CPU."""
-_INSERT: Final = (
-    f"INSERT INTO records ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
-)
-_VALUES: Final = operator.itemgetter(*COLUMNS)
-"""A row's values in COLUMNS order: binding them by position spares sqlite3 a dict lookup
-per named parameter (35 per row), about 15% of the insert's CPU."""
+RETRY_EVERY: Final = 1.0
+"""Seconds between tries of a store that could not be reached."""
 
 log = structlog.get_logger("ollama_tap.recorder")
 
 
 class Writer:
-    """Owns the write connection; everything but `submit` runs off the event loop."""
+    """Owns the store's write side; everything but `submit` runs off the event loop."""
 
     def __init__(
         self,
-        path: Path,
+        sink: Sink,
         mode: RecordMode,
         capacity: int,
         retention: Retention,
         metrics: RecorderMetrics,
+        origin: Origin,
     ) -> None:
-        self.path = path
+        self.sink = sink
         self.mode = mode
+        self.origin = origin
         self.capacity = capacity
         self.retention = retention
         self.metrics = metrics
@@ -81,14 +77,16 @@ class Writer:
         self._wake = threading.Event()
         """Set when the queue gets its first record, and on stop."""
         self._thread: threading.Thread | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._pending: list[dict[str, Any]] = []
+        """The batch in hand: built, not yet committed (kept while the store is away)."""
+        self._down_since: float | None = None
+        """When the store was found unreachable (monotonic), None while it is reachable."""
+        self._retry_at = 0.0
         self._next_measure = 0.0
         self._next_prune = time.monotonic() + PRUNE_EVERY
         self._unmeasured = False
         self._writing = 0
         """Records taken from the queue and not yet written (the writer thread's count)."""
-        self._file: tuple[int, int] | None = None
-        """The database file the connection writes to, as opened (device, inode)."""
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     def submit(self, ex: Exchange, cap: Capture) -> None:
@@ -119,10 +117,15 @@ class Writer:
         return [(ex, cap) for ex, cap, _ in items]
 
     def open(self) -> None:
-        """Open and migrate the file, and prune once (blocking: call it in a thread)."""
-        self._conn = open_writer(self.path)
-        self._file = _identity(self.path)
-        self._prune()
+        """Open and migrate the store, and prune once (blocking: call it in a thread). A
+        database that cannot be reached yet does not stop the proxy: the thread connects
+        when it can, and records queue meanwhile."""
+        try:
+            self.sink.open()
+        except StoreUnavailable as exc:
+            self._unavailable(exc)
+        else:
+            self._prune()
         self._next_prune = time.monotonic() + PRUNE_EVERY
 
     def start(self) -> None:
@@ -157,16 +160,21 @@ class Writer:
                 self.metrics.write_errors.inc()
                 log.exception("recorder_round_failed")
                 stopping = self._stop.wait(FLUSH_EVERY) or stopping
+            if stopping and self._down_since is not None:
+                # Stopping with the store away: what is left is lost, and counted as such.
+                unwritten = len(self._queue) + len(self._pending)
+                self.metrics.dropped.inc(unwritten)
+                log.warning("recorder_stop_store_unavailable", unwritten=unwritten)
+                break
             if stopping and not self._queue:
                 break
-        assert self._conn is not None
-        self._conn.close()
+        self.sink.close()
 
     def _until_due(self) -> float:
         """Seconds until the next prune, or the measurement a throttled write left due; none
         while records wait (a failed round can leave some, and no new one would wake it)."""
-        if self._queue:
-            return 0.0
+        if self._queue or self._pending:
+            return max(0.0, self._retry_at - time.monotonic())
         due = self._next_prune
         if self._unmeasured:
             due = min(due, self._next_measure)
@@ -175,9 +183,11 @@ class Writer:
     def _round(self) -> None:
         """Write everything queued, then prune or measure."""
         wrote = False
-        while self._queue:
-            self._write(self._take(min(BATCH, len(self._queue))))
-            self._writing = 0
+        while self._pending or self._queue:
+            if not self._pending:
+                self._pending = self._rows(self._take(min(BATCH, len(self._queue))))
+            if not self._deliver():
+                return  # kept; the queue fills to its bound meanwhile
             wrote = True
         if time.monotonic() >= self._next_prune:
             # Set first: a prune that fails is tried again at the next one, not each round.
@@ -192,62 +202,73 @@ class Writer:
             self._unmeasured = False
             self._measure()
 
-    def _write(self, batch: list[tuple[Exchange, Capture]]) -> None:
+    def _rows(self, batch: list[tuple[Exchange, Capture]]) -> list[dict[str, Any]]:
         rows = []
         for ex, cap in batch:
             try:
-                rows.append(to_row(ex, cap, self.mode))
+                rows.append(to_row(ex, cap, self.mode, self.origin))
             except Exception:
                 self.metrics.write_errors.inc()
                 log.exception("record_build_failed", id=ex.id)
-        self._insert(rows)
+        return rows
+
+    def _deliver(self) -> bool:
+        """Commit the batch in hand; False (and kept) when the store cannot be reached."""
+        if self._down_since is not None:
+            try:
+                self.sink.open()  # connects again, and migrates a database met for once
+            except StoreUnavailable as exc:
+                return self._unavailable(exc)
+        try:
+            self._insert(self._pending)
+        except StoreUnavailable as exc:
+            return self._unavailable(exc)
+        if self._down_since is not None:
+            log.info("recorder_store_back", away=round(time.monotonic() - self._down_since, 1))
+            self._down_since = None
+        self._pending = []
+        self._writing = 0
+        return True
+
+    def _unavailable(self, exc: StoreUnavailable) -> bool:
+        """Count a failed try; say so once per outage, not once per try."""
+        self.metrics.write_errors.inc()
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.error("recorder_store_unavailable", error=str(exc))
+        self._retry_at = time.monotonic() + RETRY_EVERY
+        return False
 
     def _insert(self, rows: list[dict[str, Any]]) -> None:
-        conn = self._conn
-        assert conn is not None
+        if not rows:
+            return
         try:
-            conn.execute("BEGIN")
-            conn.executemany(_INSERT, map(_VALUES, rows))
-            conn.execute("COMMIT")
-        except Exception as exc:
-            # sqlite3's errors, and a value it cannot bind (an integer past 64 bits, a lone
-            # surrogate): either way the transaction must end here, or it would hold the
-            # write lock, and the other rows must not share the bad one's fate.
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if len(rows) > 1 and not isinstance(exc, sqlite3.OperationalError):
-                # Retry one by one so one bad record does not cost the whole batch. Not for
-                # the file's own failures (locked, full, I/O): every row would wait and fail
-                # alike, one busy timeout each.
+            self.sink.insert(rows)
+        except RowsRefused as exc:
+            if len(rows) > 1:
+                # One by one, so one bad record does not cost the whole batch.
                 for row in rows:
                     self._insert([row])
-            elif rows:
-                self.metrics.write_errors.inc(len(rows))
-                log.error(
-                    "record_write_failed",
-                    ids=[row["id"] for row in rows[:10]],
-                    records=len(rows),
-                    error=str(exc),
-                )
+            else:
+                self._lost(rows, exc)
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:
+            self._lost(rows, exc)
 
-    def _reopen(self) -> None:
-        """The file was deleted or replaced under the running proxy: SQLite would go on
-        writing to the unlinked one without a word, and the records would vanish with it.
-        A new file is made (and said so); what went into the old one since the last
-        check (at most about MEASURE_EVERY seconds of records) is lost with it."""
-        log.error("recorder_file_replaced", path=str(self.path))
-        self.metrics.write_errors.inc()
-        conn = open_writer(self.path)  # if this fails, the old connection stays, retried later
-        assert self._conn is not None
-        self._conn.close()
-        self._conn = conn
-        self._file = _identity(self.path)
+    def _lost(self, rows: list[dict[str, Any]], exc: Exception) -> None:
+        self.metrics.write_errors.inc(len(rows))
+        log.error(
+            "record_write_failed",
+            ids=[row["id"] for row in rows[:10]],
+            records=len(rows),
+            error=str(exc),
+        )
 
     def _prune(self) -> None:
-        assert self._conn is not None
         try:
-            deleted = prune(self._conn, self.retention, time.time())
-        except sqlite3.Error as exc:
+            deleted = self.sink.prune(self.retention, time.time())
+        except StoreError as exc:
             log.error("retention_failed", error=str(exc))
         else:
             if deleted:
@@ -255,22 +276,9 @@ class Writer:
         self._measure()
 
     def _measure(self) -> None:
-        if _identity(self.path) != self._file:
-            self._reopen()
-        size = 0
-        for suffix in ("", "-wal"):
-            with contextlib.suppress(FileNotFoundError):
-                size += os.stat(f"{self.path}{suffix}").st_size
-        self.metrics.db_size.set(size)
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """The file at `path` (device, inode), or None when there is none."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return info.st_dev, info.st_ino
+        size = self.sink.size()
+        if size is not None:
+            self.metrics.db_size.set(size)
 
 
 def _weight(ex: Exchange, cap: Capture) -> int:

@@ -86,6 +86,22 @@ def test_the_proxy_service(config: dict[str, Any]) -> None:
     assert "http://localhost:11435/_tap/healthz" in probe[-1]
 
 
+def test_the_postgres_profile_points_the_tap_at_it(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text(
+        "OLLAMA_TAP_ADMIN_TOKEN=test-token-0123456789\nCOMPOSE_PROFILES=postgres\n"
+        "OLLAMA_TAP_PG_PASSWORD=pw-0123\n"
+        "OLLAMA_TAP_DB=postgresql://ollama_tap@postgres/ollama_tap\n"
+    )
+    proc = compose_config(env, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    tap, db = services["ollama-tap"]["environment"], services["postgres"]
+    assert tap["OLLAMA_TAP_DB"] == "postgresql://ollama_tap@postgres/ollama_tap"
+    assert tap["PGPASSWORD"] == db["environment"]["POSTGRES_PASSWORD"] == "pw-0123"
+    assert db["environment"]["POSTGRES_DB"] == "ollama_tap"
+
+
 def mounts(service: dict[str, Any]) -> dict[str, Path]:
     return {v["target"]: Path(v["source"]) for v in service["volumes"] if v["type"] == "bind"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,9 @@ from prometheus_client import CollectorRegistry
 from proxy.config import Settings
 from proxy.recorder import Recorder
 from tests.recorder.factory import make_settings
+from tests.support.postgres import PgServer, pg_server, pg_url
+
+__all__ = ["pg_server", "pg_url"]  # fixtures, for the tests of this folder
 
 
 @pytest.fixture
@@ -45,3 +49,26 @@ async def recorder(
 
 def sample(registry: CollectorRegistry, name: str, labels: dict[str, str] | None = None) -> Any:
     return registry.get_sample_value(name, labels or {})
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a test records, once for each store: a SQLite file, a PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "data" / "records.db"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def raw_bytes(db: Path | str, server: PgServer | None) -> bytes:
+    """Every byte the store holds: the SQLite files, or a pg_dump with its bytea values
+    (hex in the dump) decoded, so text inside the stored documents is searchable too."""
+    if isinstance(db, Path):
+        files = sorted(db.parent.glob(db.name + "*"))
+        assert files, "no database file"
+        return b"".join(f.read_bytes() for f in files)
+    assert server is not None
+    dump = server.dump(db)
+    return dump + b"".join(
+        bytes.fromhex(h.decode()) for h in re.findall(rb"\\\\x([0-9a-f]+)", dump)
+    )

@@ -6,18 +6,21 @@ import asyncio
 import base64
 import hashlib
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from proxy.config import Settings
 from proxy.credentials import is_credential_name, redacted_path, redacted_query
 from proxy.exchange import Outcome
 from proxy.recorder import Recorder
 from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.redact import BODY_CAP, scrub
 from proxy.recorder.store import Filters
+from tests.recorder.conftest import raw_bytes
 from tests.recorder.factory import (
     SECRET_HEADER,
     SECRET_PROMPT,
@@ -35,10 +38,23 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
 PNG_B64 = base64.b64encode(PNG).decode()
 
 
-async def record_one(tmp_path: Path, mode: str) -> tuple[Recorder, str]:
+@pytest.fixture
+def settings(tmp_path: Path, db: Path | str) -> Settings:
+    """The `recorder` fixture's settings: these tests run against each store."""
+    return make_settings(tmp_path, db=db)
+
+
+@pytest.fixture
+def everything_in(db: Path | str, request: pytest.FixtureRequest) -> Callable[[], bytes]:
+    """Every byte the store holds (the files, or a pg_dump), read in a thread."""
+    server = request.getfixturevalue("pg_server") if isinstance(db, str) else None
+    return lambda: raw_bytes(db, server)
+
+
+async def record_one(tmp_path: Path, mode: str, db: Path | str) -> tuple[Recorder, str]:
     """A generate exchange with secrets in a header, the query, the prompt, the output
     and the context; the recorder stopped (checkpointed) afterwards."""
-    rec = Recorder(make_settings(tmp_path, record=mode), CollectorRegistry())
+    rec = Recorder(make_settings(tmp_path, record=mode, db=db), CollectorRegistry())
     await rec.start()
     final = {"model": "m", "done": True, "context": [918273, 645546], "response": ""}
     ex = exchange(
@@ -51,12 +67,6 @@ async def record_one(tmp_path: Path, mode: str) -> tuple[Recorder, str]:
     return rec, ex.id
 
 
-def raw_files(tmp_path: Path) -> bytes:
-    files = sorted((tmp_path / "data").glob("records.db*"))
-    assert files, "no database file"
-    return b"".join(f.read_bytes() for f in files)
-
-
 async def exports(rec: Recorder) -> bytes:
     def run() -> bytes:
         out = io.BytesIO()
@@ -66,9 +76,11 @@ async def exports(rec: Recorder) -> bytes:
     return await asyncio.to_thread(run)
 
 
-async def test_metadata_mode_stores_no_text_and_no_credentials(tmp_path: Path) -> None:
-    rec, record_id = await record_one(tmp_path, "metadata")
-    everything = await asyncio.to_thread(raw_files, tmp_path) + await exports(rec)
+async def test_metadata_mode_stores_no_text_and_no_credentials(
+    tmp_path: Path, db: Path | str, everything_in: Callable[[], bytes]
+) -> None:
+    rec, record_id = await record_one(tmp_path, "metadata", db)
+    everything = await asyncio.to_thread(everything_in) + await exports(rec)
     for secret in (*CREDENTIALS, SECRET_PROMPT.encode(), b"QUERY-SECRET", b"tok1", b"918273"):
         assert secret not in everything, secret
     assert b"10.1.2.3" not in everything
@@ -87,9 +99,11 @@ async def test_metadata_mode_stores_no_text_and_no_credentials(tmp_path: Path) -
     assert "request" not in r
 
 
-async def test_full_mode_has_the_prompt_but_never_a_credential(tmp_path: Path) -> None:
-    rec, record_id = await record_one(tmp_path, "full")
-    everything = await asyncio.to_thread(raw_files, tmp_path) + await exports(rec)
+async def test_full_mode_has_the_prompt_but_never_a_credential(
+    tmp_path: Path, db: Path | str, everything_in: Callable[[], bytes]
+) -> None:
+    rec, record_id = await record_one(tmp_path, "full", db)
+    everything = await asyncio.to_thread(everything_in) + await exports(rec)
     assert SECRET_PROMPT.encode() in everything
     for secret in CREDENTIALS:
         assert secret not in everything, secret
@@ -102,7 +116,9 @@ async def test_full_mode_has_the_prompt_but_never_a_credential(tmp_path: Path) -
     assert r["context"] == [918273, 645546]
 
 
-async def test_media_in_all_three_shapes_is_size_and_sha256(recorder: Recorder) -> None:
+async def test_media_in_all_three_shapes_is_size_and_sha256(
+    recorder: Recorder, everything_in: Callable[[], bytes]
+) -> None:
     data_url = f"data:image/png;base64,{PNG_B64}"
     body = chat_body(
         messages=[
@@ -133,9 +149,7 @@ async def test_media_in_all_three_shapes_is_size_and_sha256(recorder: Recorder) 
     assert messages[0]["images"] == [placeholder]
     assert messages[1]["content"][0]["image_url"]["url"] == placeholder
     assert messages[2]["content"][0]["source"]["data"] == placeholder
-    assert PNG_B64[:100].encode() not in await asyncio.to_thread(
-        raw_files, recorder.store.path.parent.parent
-    )
+    assert PNG_B64[:100].encode() not in await asyncio.to_thread(everything_in)
 
 
 async def test_embedding_vectors_are_size_and_sha256(recorder: Recorder) -> None:
@@ -167,9 +181,11 @@ async def test_bodies_over_one_mib_are_cut_and_marked(recorder: Recorder) -> Non
     assert BODY_CAP - 4 <= len(stored_body["text"].encode()) <= BODY_CAP
 
 
-async def test_full_mode_redacts_credentials_in_the_query(tmp_path: Path) -> None:
-    rec, record_id = await record_one(tmp_path, "full")
-    everything = await asyncio.to_thread(raw_files, tmp_path) + await exports(rec)
+async def test_full_mode_redacts_credentials_in_the_query(
+    tmp_path: Path, db: Path | str, everything_in: Callable[[], bytes]
+) -> None:
+    rec, record_id = await record_one(tmp_path, "full", db)
+    everything = await asyncio.to_thread(everything_in) + await exports(rec)
     assert b"QUERY-SECRET" not in everything
     r = await stored(rec, record_id)
     assert r["query"] == "client=app&key=[redacted]"
@@ -242,14 +258,16 @@ def test_credential_keys_of_a_body_are_redacted_wherever_they_are() -> None:
     assert body["api_key"] == "BODYSECRET-111"  # the body itself is never changed
 
 
-async def test_full_mode_stores_no_credential_of_a_json_body(tmp_path: Path) -> None:
-    rec = Recorder(make_settings(tmp_path, record="full"), CollectorRegistry())
+async def test_full_mode_stores_no_credential_of_a_json_body(
+    tmp_path: Path, db: Path | str, everything_in: Callable[[], bytes]
+) -> None:
+    rec = Recorder(make_settings(tmp_path, record="full", db=db), CollectorRegistry())
     await rec.start()
     body = {"model": "m", "prompt": "hi", "password": "BODYSECRET-333", "options": {"seed": 1}}
     ex = exchange(endpoint="/api/generate", body=body)
     drive(rec, ex, pieces(2))
     await rec.stop()
-    everything = await asyncio.to_thread(raw_files, tmp_path) + await exports(rec)
+    everything = await asyncio.to_thread(everything_in) + await exports(rec)
     assert b"BODYSECRET" not in everything
     stored_body = (await stored(rec, ex.id))["request"]["body"]
     assert stored_body["json"]["password"] == "[redacted]"

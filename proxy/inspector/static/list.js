@@ -39,6 +39,7 @@ const list = {
   sort: "",
   timer: null,
   models: new Set(),
+  instances: new Set(),
   endpoints: new Set(),
 };
 
@@ -155,6 +156,7 @@ async function loadList(reset, quiet = false) {
     for (const r of page.records) {
       remember(list.models, "#models", r.model);
       remember(list.endpoints, "#endpoints", r.endpoint);
+      remember(list.instances, "#instances", r.instance);
     }
     list.cursor = page.next_cursor;
     list.loadedWith = filters;
