@@ -122,7 +122,7 @@ class Store:
 
     def ids_like(self, pattern: str, limit: int = 5) -> list[str]:
         """Up to `limit` ids matching a LIKE pattern (what a short id stands for), newest first."""
-        rows = self._query(
+        rows = self.source.rows(
             "SELECT id FROM records WHERE id LIKE ? ORDER BY seq DESC LIMIT ?", [pattern, limit]
         )
         return [r["id"] for r in rows]
