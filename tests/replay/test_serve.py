@@ -10,7 +10,7 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import MakeProxy, Proxy
+from tests.conftest import Proxy
 from tests.replay.conftest import StartReplay
 from tests.support.fake_ollama import FakeOllama
 from tests.support.fake_ollama.script import Script

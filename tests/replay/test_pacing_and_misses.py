@@ -1,0 +1,125 @@
+"""`replay serve`: chunk timing as recorded (and scaled), clear misses and refusals."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiohttp
+import ollama
+import orjson
+import pytest
+
+from proxy.recorder.store import Store
+from tests.conftest import MakeProxy, Proxy
+from tests.replay.conftest import StartReplay
+from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama.script import Script
+from tests.support.records import records
+
+GENERATE = {"model": "llama3.2", "prompt": "Why is the sky blue?"}
+
+
+async def _line_offsets(url: str, body: dict[str, Any]) -> list[float]:
+    """When each streamed line arrived, in seconds after the request was sent."""
+    offsets: list[float] = []
+    async with aiohttp.ClientSession() as s:
+        start = time.perf_counter()
+        async with s.post(f"{url}/api/generate", json=body) as resp:
+            buffer = b""
+            async for data in resp.content.iter_any():
+                buffer += data
+                offsets += [time.perf_counter() - start] * buffer.count(b"\n")
+                buffer = buffer[buffer.rfind(b"\n") + 1 :]
+    return offsets
+
+
+@pytest.mark.parametrize("speed", [1.0, 2.0])
+async def test_chunks_at_their_recorded_offsets(
+    proxy: Proxy, fake_ollama: FakeOllama, replay_of: StartReplay, speed: float
+) -> None:
+    fake_ollama.script = Script(prefill_delay=0.08, token_delay=0.06)
+    await _line_offsets(proxy.url, GENERATE)
+    [summary] = await records(proxy, 1)
+    record = Store(proxy.settings.db_path).get(summary["id"])
+    assert record is not None
+    recorded = [at / speed for at in record["timeline"]["offsets"]]
+    replay = await replay_of(proxy, 1, speed=speed)
+    got = await _line_offsets(replay.url, GENERATE)
+    assert len(got) == len(recorded) + 1  # and the final line
+    for want, have in zip(recorded, got, strict=False):
+        assert abs(have - want) <= max(0.005, 0.1 * want), (want, have)
+    assert abs(got[-1] - record["duration"] / speed) <= max(0.005, 0.1 * record["duration"])
+
+
+async def test_no_pacing_serves_at_once(
+    proxy: Proxy, fake_ollama: FakeOllama, replay_of: StartReplay
+) -> None:
+    fake_ollama.script = Script(prefill_delay=0.2, token_delay=0.05)
+    await _line_offsets(proxy.url, GENERATE)
+    replay = await replay_of(proxy, 1, paced=False)
+    assert (await _line_offsets(replay.url, GENERATE))[-1] < 0.1
+
+
+async def test_repeats_in_recorded_order_then_the_last(
+    proxy: Proxy, fake_ollama: FakeOllama, replay_of: StartReplay
+) -> None:
+    client = ollama.AsyncClient(host=proxy.url)
+    for tokens in (["one"], ["two"]):
+        fake_ollama.script = Script(tokens=tokens)
+        await client.generate("llama3.2", "again")
+    replay = await replay_of(proxy, 2, paced=False)
+    again = ollama.AsyncClient(host=replay.url)
+    got = [(await again.generate("llama3.2", "again")).response for _ in range(3)]
+    assert got == ["one", "two", "two"]
+
+
+async def _post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.post(url, json=body) as resp:
+        return resp.status, orjson.loads(await resp.read())
+
+
+async def test_a_miss_names_the_closest_and_the_first_difference(
+    proxy: Proxy, replay_of: StartReplay
+) -> None:
+    messages = [{"role": "user", "content": c} for c in ("a", "b", "c")]
+    client = ollama.AsyncClient(host=proxy.url)
+    await client.chat("llama3.2", messages=messages)
+    [summary] = await records(proxy, 1)
+    replay = await replay_of(proxy, 1, paced=False)
+    url = f"{replay.url}/api/chat"
+    status, body = await _post(url, {"model": "phi4", "messages": messages, "stream": False})
+    assert status == 404
+    assert body["error"].endswith(
+        f"the closest is record {summary['id']} (model differs: phi4:latest vs llama3.2:latest)"
+    )
+    changed = [*messages[:2], {"role": "user", "content": "C"}]
+    status, body = await _post(url, {"model": "llama3.2", "messages": changed, "stream": False})
+    assert status == 404 and body["error"].endswith("(messages[2].content differs)")
+    # keep_alive is volatile: still a hit.
+    hit = {"model": "llama3.2", "messages": messages, "stream": False, "keep_alive": "1h"}
+    assert (await _post(url, hit))[0] == 200
+    status, body = await _post(f"{replay.url}/v1/chat/completions", {"model": "llama3.2"})
+    assert status == 404 and body["error"]["type"] == "not_found_error"
+    assert "route differs" in body["error"]["message"]
+    assert replay.replayer.misses == 3
+
+
+async def test_metadata_records_are_refused(
+    proxy_factory: MakeProxy, replay_of: StartReplay
+) -> None:
+    proxy = await proxy_factory(record="metadata")
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    replay = await replay_of(proxy, 1, paced=False)
+    status, body = await _post(f"{replay.url}/api/generate", {**GENERATE, "stream": False})
+    assert status == 404
+    assert "metadata mode" in body["error"] and "--record full" in body["error"]
+
+
+async def test_embeddings_are_refused_for_their_missing_vectors(
+    proxy: Proxy, replay_of: StartReplay
+) -> None:
+    await ollama.AsyncClient(host=proxy.url).embed("all-minilm", "a")
+    replay = await replay_of(proxy, 1, paced=False)
+    status, body = await _post(f"{replay.url}/api/embed", {"model": "all-minilm", "input": "a"})
+    assert status == 404 and "vectors" in body["error"]
