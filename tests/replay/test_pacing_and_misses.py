@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -21,9 +22,13 @@ GENERATE = {"model": "llama3.2", "prompt": "Why is the sky blue?"}
 
 
 async def _line_offsets(url: str, body: dict[str, Any]) -> list[float]:
-    """When each streamed line arrived, in seconds after the request was sent."""
+    """When each streamed line arrived, in seconds after the request was sent (on a
+    connection already open, so that connecting is not counted: recorded offsets start
+    when the request head reached the proxy)."""
     offsets: list[float] = []
     async with aiohttp.ClientSession() as s:
+        async with s.get(f"{url}/api/version") as resp:
+            await resp.read()
         start = time.perf_counter()
         async with s.post(f"{url}/api/generate", json=body) as resp:
             buffer = b""
@@ -32,6 +37,16 @@ async def _line_offsets(url: str, body: dict[str, Any]) -> list[float]:
                 offsets += [time.perf_counter() - start] * buffer.count(b"\n")
                 buffer = buffer[buffer.rfind(b"\n") + 1 :]
     return offsets
+
+
+async def _sleep_overshoot() -> float:
+    """The largest lateness of twenty 10 ms sleeps on this loop."""
+    worst = 0.0
+    for _ in range(20):
+        start = time.perf_counter()
+        await asyncio.sleep(0.01)
+        worst = max(worst, time.perf_counter() - start - 0.01)
+    return worst
 
 
 @pytest.mark.parametrize("speed", [1.0, 2.0])
@@ -45,11 +60,14 @@ async def test_chunks_at_their_recorded_offsets(
     assert record is not None
     recorded = [at / speed for at in record["timeline"]["offsets"]]
     replay = await replay_of(proxy, 1, speed=speed)
+    late = await _sleep_overshoot()
     got = await _line_offsets(replay.url, GENERATE)
+    late = max(late, await _sleep_overshoot())
     assert len(got) == len(recorded) + 1  # and the final line
-    for want, have in zip(recorded, got, strict=False):
-        assert abs(have - want) <= max(0.005, 0.1 * want), (want, have)
-    assert abs(got[-1] - record["duration"] / speed) <= max(0.005, 0.1 * record["duration"])
+    for want, have in zip([*recorded, record["duration"] / speed], got, strict=True):
+        # Never early; late by at most 5 ms or 10 %, plus what this machine's scheduler
+        # makes any asyncio.sleep overshoot right now (2 shared cores can be very busy).
+        assert -0.002 <= have - want <= max(0.005, 0.1 * want) + late, (want, have, late)
 
 
 async def test_no_pacing_serves_at_once(
@@ -97,8 +115,8 @@ async def test_a_miss_names_the_closest_and_the_first_difference(
     status, body = await _post(url, {"model": "llama3.2", "messages": changed, "stream": False})
     assert status == 404 and body["error"].endswith("(messages[2].content differs)")
     # keep_alive is volatile: still a hit.
-    hit = {"model": "llama3.2", "messages": messages, "stream": False, "keep_alive": "1h"}
-    assert (await _post(url, hit))[0] == 200
+    again = ollama.AsyncClient(host=replay.url)
+    assert (await again.chat("llama3.2", messages=messages, keep_alive="1h")).message.content
     status, body = await _post(f"{replay.url}/v1/chat/completions", {"model": "llama3.2"})
     assert status == 404 and body["error"]["type"] == "not_found_error"
     assert "route differs" in body["error"]["message"]
