@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from proxy.cli import bench, decode, models, records
+from proxy.cli import bench, decode, models, records, replay
 from proxy.config import ConfigError, Settings
 from proxy.recorder.schema import SchemaError
 
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve)
     serve.set_defaults(func=cmd_serve)
-    for command in (records, decode, models, bench):
+    for command in (records, decode, models, bench, replay):
         command.register(sub)
     return parser
 
