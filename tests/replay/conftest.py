@@ -31,11 +31,15 @@ def replay_of(aiohttp_server: AiohttpServer) -> StartReplay:
     """Serve `proxy`'s database once `want` records are written."""
 
     async def start(
-        proxy: Proxy, want: int, mode: MatchMode = MatchMode.BODY, **pacing: Any
+        proxy: Proxy,
+        want: int,
+        mode: MatchMode = MatchMode.BODY,
+        loop: bool = False,
+        **pacing: Any,
     ) -> Replay:
         await records(proxy, want)
         store = Store(proxy.settings.db_path)
-        loaded = await asyncio.to_thread(load, store, Filters(), mode, False)
+        loaded = await asyncio.to_thread(load, store, Filters(), mode, loop)
         app = replay_app(store, loaded, Pacing(**pacing))
         server = await aiohttp_server(app)
         return Replay(str(server.make_url("")).rstrip("/"), app[REPLAYER])

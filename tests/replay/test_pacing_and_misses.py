@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from proxy.recorder.store import Store
+from proxy.replay.matching import MatchMode
 from tests.conftest import MakeProxy, Proxy
 from tests.replay.conftest import StartReplay
 from tests.support.fake_ollama import FakeOllama
@@ -79,17 +80,31 @@ async def test_no_pacing_serves_at_once(
     assert (await _line_offsets(replay.url, GENERATE))[-1] < 0.1
 
 
-async def test_repeats_in_recorded_order_then_the_last(
-    proxy: Proxy, fake_ollama: FakeOllama, replay_of: StartReplay
+@pytest.mark.parametrize(("loop", "served"), [(False, "one two two"), (True, "one two one")])
+async def test_repeats_in_recorded_order_then_the_last_or_cycling(
+    proxy: Proxy, fake_ollama: FakeOllama, replay_of: StartReplay, loop: bool, served: str
 ) -> None:
     client = ollama.AsyncClient(host=proxy.url)
     for tokens in (["one"], ["two"]):
         fake_ollama.script = Script(tokens=tokens)
         await client.generate("llama3.2", "again")
-    replay = await replay_of(proxy, 2, paced=False)
+    replay = await replay_of(proxy, 2, loop=loop, paced=False)
     again = ollama.AsyncClient(host=replay.url)
     got = [(await again.generate("llama3.2", "again")).response for _ in range(3)]
-    assert got == ["one", "two", "two"]
+    assert " ".join(got) == served
+
+
+async def test_match_modes(proxy: Proxy, replay_of: StartReplay) -> None:
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi", keep_alive="5m")
+    body = {"model": "llama3.2", "prompt": "hi", "stream": False, "keep_alive": "5m"}
+    url = f"{(await replay_of(proxy, 1, MatchMode.EXACT, paced=False)).url}/api/generate"
+    assert (await _post(url, body))[0] == 200
+    status, reply = await _post(url, {**body, "keep_alive": "1h"})
+    assert status == 404 and reply["error"].endswith("(keep_alive differs)")
+    url = f"{(await replay_of(proxy, 1, MatchMode.NEAREST, paced=False)).url}/api/generate"
+    status, reply = await _post(url, {**body, "prompt": "something else"})
+    assert (status, reply["response"]) == (200, "The sky is blue.")
+    assert (await _post(url.replace("generate", "chat"), body))[0] == 404
 
 
 async def _post(url: str, body: dict[str, Any]) -> tuple[int, Any]:

@@ -33,14 +33,19 @@ async def _recorded(proxy: Proxy, fake: FakeOllama) -> None:
     await records(proxy, REQUESTS + 1)
 
 
-async def _send(proxy: Proxy, fake: FakeOllama, *extra: str) -> tuple[int, Any]:
-    """`ollama-tap replay send --json` as parsed from its command line (the proxy's log
-    lines share stdout in a test: the document is written apart)."""
-    argv = ["replay", "send", "--db", str(proxy.settings.db_path), "--to", fake.url, "--json",
+async def _run(proxy: Proxy, fake: FakeOllama, *extra: str) -> tuple[int, str]:
+    """`ollama-tap replay send` as parsed from its command line (the proxy's log lines
+    share stdout in a test: the report is written apart)."""
+    argv = ["replay", "send", "--db", str(proxy.settings.db_path), "--to", fake.url,
             "--fail-if", "decode_rate < 0.8", *extra]  # fmt: skip
     out = io.StringIO()
     code = await asyncio.to_thread(cmd_send, build_parser().parse_args(argv), out)
-    return code, orjson.loads(out.getvalue())
+    return code, out.getvalue()
+
+
+async def _send(proxy: Proxy, fake: FakeOllama, *extra: str) -> tuple[int, Any]:
+    code, text = await _run(proxy, fake, "--json", *extra)
+    return code, orjson.loads(text)
 
 
 async def test_a_slower_decode_is_reported_and_fails(proxy: Proxy, fake_ollama: FakeOllama) -> None:
@@ -70,6 +75,10 @@ async def test_an_unchanged_upstream_passes(proxy: Proxy, fake_ollama: FakeOllam
     assert (code, doc["failed"]) == (0, False), ratio
     assert 0.8 <= ratio <= 1.25
     assert doc["aggregate"]["output_tokens"]["ratio"]["p50"] == 1.0
+    code, table = await _run(proxy, fake_ollama, "--model", "all-minilm")
+    assert code == 1  # an embedding has no decode rate: the rule cannot pass
+    assert "1 requests re-sent" in table and "recorded vs now" in table
+    assert "--fail-if decode_rate < 0.8: ratio – FAILED" in table
 
 
 def test_management_routes_are_not_resent_unless_asked() -> None:
