@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from typing import Any
 
 import ollama
 import orjson
 import pytest
+from yarl import URL
 
 from proxy.cli import build_parser
 from proxy.cli.replay import cmd_send
-from proxy.replay.sending import skip_reason
+from proxy.recorder.store import Filters, Store
+from proxy.replay.sending import Plan, send_all, skip_reason
 from proxy.replay.thresholds import parse_rule
 from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama
@@ -99,3 +102,25 @@ def test_rules_and_their_errors() -> None:
                       ("decode_rate", "no rule")):  # fmt: skip
         with pytest.raises(ValueError, match=says):
             parse_rule(bad)
+
+
+async def test_original_pace_keeps_the_recorded_intervals(
+    proxy: Proxy, fake_ollama: FakeOllama
+) -> None:
+    client = ollama.AsyncClient(host=proxy.url)
+    await client.generate("llama3.2", "first")
+    await asyncio.sleep(0.4)
+    await client.generate("llama3.2", "second")
+    await records(proxy, 2)
+    store = Store(proxy.settings.db_path)
+    recorded = list(store.each(Filters()))
+    gap = recorded[1]["started"] - recorded[0]["started"]
+    sent: list[float] = []
+    for pace in ("original", "none"):
+        start = time.perf_counter()
+        plan = Plan(URL(fake_ollama.url), concurrency=2, pace=pace)  # type: ignore[arg-type]
+        pairs = await send_all(plan, recorded, lambda: None)
+        sent.append(time.perf_counter() - start)
+        assert [p["now"]["outcome"] for p in pairs] == ["ok", "ok"]
+    assert sent[0] >= gap >= 0.4
+    assert sent[1] < gap
