@@ -31,6 +31,10 @@ def _filters(args: argparse.Namespace) -> Filters:
     return Filters(args.model, args.endpoint, None, args.since, args.until)
 
 
+def _where(args: argparse.Namespace) -> str:
+    return "the default database" if args.db is None else str(args.db)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
@@ -46,12 +50,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         why = (
             f" ({refused} were recorded in metadata mode, which keeps no bodies)" if refused else ""
         )
-        return fail("replay serve", f"no record in {store} can be served{why}; record with "
+        return fail("replay serve", f"no record in {_where(args)} can be served{why}; record with "
                     "--record full (the default on loopback) to replay")  # fmt: skip
     configure()
     note = f"; {refused} metadata-mode records refused (no bodies)" if refused else ""
     print(
-        f"ollama-tap replay: serving {len(recordings.library)} recordings from {store.path} on "
+        f"ollama-tap replay: serving {len(recordings.library)} recordings from {_where(args)} on "
         f"http://{args.host}:{args.port}{note}",
         file=sys.stderr,
     )

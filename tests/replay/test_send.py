@@ -15,7 +15,7 @@ from yarl import URL
 from proxy.cli import build_parser
 from proxy.cli.replay import cmd_send
 from proxy.recorder.store import Filters, Store
-from proxy.replay.sending import Plan, send_all, skip_reason
+from proxy.replay.sending import Pace, Plan, send_all, skip_reason
 from proxy.replay.thresholds import parse_rule
 from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama
@@ -116,9 +116,10 @@ async def test_original_pace_keeps_the_recorded_intervals(
     recorded = list(store.each(Filters()))
     gap = recorded[1]["started"] - recorded[0]["started"]
     sent: list[float] = []
-    for pace in ("original", "none"):
+    paces: tuple[Pace, ...] = ("original", "none")
+    for pace in paces:
         start = time.perf_counter()
-        plan = Plan(URL(fake_ollama.url), concurrency=2, pace=pace)  # type: ignore[arg-type]
+        plan = Plan(URL(fake_ollama.url), concurrency=2, pace=pace)
         pairs = await send_all(plan, recorded, lambda: None)
         sent.append(time.perf_counter() - start)
         assert [p["now"]["outcome"] for p in pairs] == ["ok", "ok"]
