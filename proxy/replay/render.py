@@ -69,7 +69,10 @@ def render(record: dict[str, Any]) -> Reply:
         if final is None:
             raise Unreplayable(f"record {rid} has no stored reply (outcome {record['outcome']})")
         at = record["duration"] or 0.0
-        return Reply(status, headers, False, [Piece(at, go_json(_with_context(record, final)))])
+        data = go_json(_with_context(record, final))
+        if record.get("response_bytes") == len(data) + 1:
+            data += b"\n"  # json.Encoder's newline (Ollama's /v1 replies), gin's c.JSON has none
+        return Reply(status, headers, False, [Piece(at, data)])
     family = ollama.family_of(endpoint)
     headers.setdefault("Content-Type", _STREAM_TYPES.get(family, "text/event-stream"))
     timeline = record.get("timeline") or {"offsets": [], "texts": [], "kinds": [], "bytes": []}
@@ -169,10 +172,12 @@ def _shifted(stamp: Any, seconds: float) -> str:
 def _openai(record: dict[str, Any], timeline: dict[str, Any]) -> list[Piece]:
     request = ((record.get("request") or {}).get("body") or {}).get("json") or {}
     digest = hashlib.sha256(record["id"].encode()).digest()
+    offsets = timeline["offsets"]
     frame = {
         "id": f"chatcmpl-{int.from_bytes(digest[:2]) % 999}",
         "object": "chat.completion.chunk",
-        "created": int(record["started"]),
+        # Ollama stamps the stream when its first chunk is made.
+        "created": int(record["started"] + (offsets[0] if offsets else 0.0)),
         "model": request.get("model") or record.get("model"),
         "system_fingerprint": "fp_ollama",
     }
