@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from proxy.cli.options import add_db_option, fail, store_from
-from proxy.config import ConfigError, parse_ollama_host
+from proxy.config import ConfigError, binds_loopback, parse_ollama_host
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, parse_time
 from proxy.replay.matching import MatchMode
@@ -59,7 +59,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"http://{args.host}:{args.port}{note}",
         file=sys.stderr,
     )
-    app = replay_app(store, recordings, Pacing(args.speed, not args.no_pacing))
+    pacing = Pacing(args.speed, not args.no_pacing)
+    app = replay_app(store, recordings, pacing, loopback=binds_loopback(args.host))
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     return 0
 

@@ -12,6 +12,7 @@ import structlog
 from aiohttp import web
 
 from proxy import ollama
+from proxy.hostcheck import host_check, local_addresses
 from proxy.names import canonical_model
 from proxy.ollama.errors import go_json
 from proxy.recorder.store import Filters, Store
@@ -158,9 +159,17 @@ async def _drop_server_header(request: web.Request, response: web.StreamResponse
 REPLAYER: Final = web.AppKey("replayer", Replayer)
 
 
-def replay_app(store: Store, recordings: Recordings, pacing: Pacing) -> web.Application:
-    """The Ollama-shaped app; `app[REPLAYER].misses` counts the refused requests."""
-    app = web.Application(client_max_size=_MAX_BODY)
+def replay_app(
+    store: Store, recordings: Recordings, pacing: Pacing, loopback: bool = True
+) -> web.Application:
+    """The Ollama-shaped app; `app[REPLAYER].misses` counts the refused requests.
+
+    Bound to `loopback`, it applies Ollama's Host rule (403 to a foreign Host), as Ollama
+    and the proxy do there: a web page cannot read the recordings by DNS rebinding.
+    """
+    if loopback:
+        local_addresses()  # resolved now, not on the event loop at the first foreign Host
+    app = web.Application(client_max_size=_MAX_BODY, middlewares=[host_check] if loopback else [])
     replayer = Replayer(store, recordings, pacing)
     app[REPLAYER] = replayer
     app.add_routes(_poller_routes(recordings.catalog))

@@ -156,3 +156,12 @@ async def test_embeddings_are_refused_for_their_missing_vectors(
     replay = await replay_of(proxy, 1, paced=False)
     status, body = await _post(f"{replay.url}/api/embed", {"model": "all-minilm", "input": "a"})
     assert status == 404 and "vectors" in body["error"]
+
+
+async def test_a_foreign_host_is_refused_on_loopback(proxy: Proxy, replay_of: StartReplay) -> None:
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    replay = await replay_of(proxy, 1, paced=False)
+    async with aiohttp.ClientSession() as s:
+        for host, status in (("evil.example", 403), ("localhost:11434", 200)):
+            async with s.get(f"{replay.url}/api/tags", headers={"Host": host}) as resp:
+                assert resp.status == status, host
