@@ -111,9 +111,11 @@ def _times(value: float | None) -> str:
 def render(console: Console, doc: dict[str, Any]) -> None:
     """The per-request table, the aggregate table and the threshold verdicts."""
     per = Table(title=f"{doc['sent']} requests re-sent to {doc['to']}", box=box.SIMPLE_HEAD)
+    # The id is what `records show` takes, and the endpoint says what was sent: never cut.
+    least = {k: max((len(r[k]) for r in doc["requests"]), default=2) for k in ("id", "endpoint")}
     for name in ("id", "endpoint", "model", "status", "ttft", "decode rate", "tokens",
                  "done_reason"):  # fmt: skip
-        per.add_column(name, no_wrap=True, overflow="ellipsis")
+        per.add_column(name, no_wrap=True, overflow="ellipsis", min_width=least.get(name))
     for r in doc["requests"]:
         then, now = r["recorded"], r["now"]
         cells = (
@@ -122,7 +124,7 @@ def render(console: Console, doc: dict[str, Any]) -> None:
             f"{_num(then['ttft'], 's')} → {_num(now['ttft'], 's')}",
             f"{_num(then['decode_rate'], 'tokens/s')} → {_num(now['decode_rate'], 'tokens/s')}",
             f"{_num(then['output_tokens'], 'tokens')} → {_num(now['output_tokens'], 'tokens')}",
-            f"{then['done_reason'] or '–'} → {now['done_reason'] or now['error'] or '–'}",
+            f"{then['done_reason'] or then['outcome']} → {now['done_reason'] or now['outcome']}",
         )  # fmt: skip
         per.add_row(*(Text(str(c)) for c in cells))
     console.print(per)
@@ -138,6 +140,9 @@ def render(console: Console, doc: dict[str, Any]) -> None:
             row.append(_times(a["ratio"][stat]))
         agg.add_row(*row)
     console.print(agg)
+    for r in doc["requests"]:
+        if r["now"]["error"]:
+            console.print(Text(f"{r['id']}: {r['now']['error']}"), style="red")
     for s in doc["skipped"]:
         console.print(Text(f"skipped {s['id']}: {s['reason']}"), style="dim")
     for check in doc["thresholds"]:

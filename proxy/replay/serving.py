@@ -97,12 +97,17 @@ class Replayer:
             headers = {"Content-Type": _JSON, **reply.headers}
             return web.Response(status=reply.status, body=piece.data, headers=headers)
         response = web.StreamResponse(status=reply.status, headers=reply.headers)
-        for piece in reply.pieces:
-            await wait(piece.at)
-            await _write(request, response, piece)
-        if not response.prepared:
-            await response.prepare(request)
-        await response.write_eof()
+        try:
+            for piece in reply.pieces:
+                await wait(piece.at)
+                await _write(request, response, piece)
+            if not response.prepared:
+                await response.prepare(request)
+            await response.write_eof()
+        except ConnectionResetError:
+            # The client went away mid-stream (aiohttp's ClientConnectionResetError is one):
+            # the rest of the recording is not needed, and it is no server error.
+            log.info("replay_client_disconnected", method=request.method, path=request.path)
         return response
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import pytest
-from pytest_aiohttp import AiohttpServer
+import pytest_asyncio
+from aiohttp import web
 
 from proxy.recorder.store import Filters, Store
 from proxy.replay.matching import MatchMode
@@ -26,9 +26,14 @@ class Replay:
 StartReplay = Callable[..., Awaitable[Replay]]
 
 
-@pytest.fixture
-def replay_of(aiohttp_server: AiohttpServer) -> StartReplay:
-    """Serve `proxy`'s database once `want` records are written."""
+@pytest_asyncio.fixture
+async def replay_of() -> AsyncIterator[StartReplay]:
+    """Serve `proxy`'s database once `want` records are written.
+
+    Served by an AppRunner as `web.run_app` serves it: without handler cancellation, so a
+    client that leaves shows up as a failed write, as in production.
+    """
+    runners: list[web.AppRunner] = []
 
     async def start(
         proxy: Proxy,
@@ -41,7 +46,13 @@ def replay_of(aiohttp_server: AiohttpServer) -> StartReplay:
         store = Store(proxy.settings.db_path)
         loaded = await asyncio.to_thread(load, store, Filters(), mode, loop)
         app = replay_app(store, loaded, Pacing(**pacing))
-        server = await aiohttp_server(app)
-        return Replay(str(server.make_url("")).rstrip("/"), app[REPLAYER])
+        runner = web.AppRunner(app, handler_cancellation=False, access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return Replay(f"http://127.0.0.1:{runner.addresses[0][1]}", app[REPLAYER])
 
-    return start
+    yield start
+    for runner in reversed(runners):
+        await runner.cleanup()

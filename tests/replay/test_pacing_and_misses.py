@@ -165,3 +165,20 @@ async def test_a_foreign_host_is_refused_on_loopback(proxy: Proxy, replay_of: St
         for host, status in (("evil.example", 403), ("localhost:11434", 200)):
             async with s.get(f"{replay.url}/api/tags", headers={"Host": host}) as resp:
                 assert resp.status == status, host
+
+
+async def test_a_client_leaving_mid_stream_is_no_error(
+    proxy: Proxy, fake_ollama: FakeOllama, replay_of: StartReplay, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_ollama.script = Script(token_delay=0.05)
+    await _line_offsets(proxy.url, GENERATE)
+    replay = await replay_of(proxy, 1)
+    for _ in range(2):
+        async with aiohttp.ClientSession() as s:
+            async with s.post(f"{replay.url}/api/generate", json=GENERATE) as resp:
+                await resp.content.readline()  # one line, then away
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.3)  # past the recording's end: every write would have failed
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    after = await _line_offsets(replay.url, GENERATE)
+    assert len(after) == 6
