@@ -1,4 +1,5 @@
-"""The poller's routes (/api/version, /api/tags, /api/ps, /api/show) derived from the records.
+"""The poller's routes (/api/version, /api/tags, /api/ps, /api/show, /v1/models), derived
+from the records.
 
 Polling routes are recorded without bodies (if at all), so what they answer is derived:
 each recorded model with its digest and when it was first seen, loaded for as long as the
@@ -54,6 +55,15 @@ class Catalog:
                 entry["context_length"] = m.num_ctx
             entries.append(entry)
         return {"models": entries}
+
+    def openai_models(self) -> dict[str, Any]:
+        """/v1/models: `data` is null when empty, as Ollama's is."""
+        data = [
+            {"id": m.name, "object": "model", "created": int(m.first_seen),
+             "owned_by": m.name.split("/")[-2] if "/" in m.name else "library"}
+            for m in self.models.values()
+        ]  # fmt: skip
+        return {"object": "list", "data": data or None}
 
     def show(self, name: str) -> dict[str, Any] | None:
         model = self.models.get(name)

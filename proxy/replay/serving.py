@@ -137,6 +137,12 @@ def _poller_routes(catalog: Catalog) -> list[web.RouteDef]:
     async def ps(request: web.Request) -> web.Response:
         return _json(catalog.ps())
 
+    async def models(request: web.Request) -> web.Response:
+        # Ollama's /v1 replies come from json.Encoder: a newline after the object.
+        return web.Response(
+            body=go_json(catalog.openai_models()) + b"\n", content_type="application/json"
+        )
+
     async def show(request: web.Request) -> web.Response:
         try:
             body = orjson.loads(await request.read())
@@ -154,6 +160,7 @@ def _poller_routes(catalog: Catalog) -> list[web.RouteDef]:
         web.get("/api/tags", tags),
         web.get("/api/ps", ps),
         web.post("/api/show", show),
+        web.get("/v1/models", models),
     ]
 
 

@@ -7,6 +7,7 @@ import sys
 
 import aiohttp
 import ollama
+import openai
 
 from tests.conftest import MakeProxy, Proxy
 from tests.support.records import records
@@ -39,6 +40,9 @@ async def test_serve_answers_the_official_client(proxy: Proxy) -> None:
         assert replayed == recorded
         tags = await ollama.AsyncClient(host=url).list()
         assert [m.model for m in tags.models] == ["llama3.2:latest"]
+        oai = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="ollama")
+        assert [m.id async for m in oai.models.list()] == ["llama3.2:latest"]
+        await oai.close()
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 30)
