@@ -63,7 +63,7 @@ def request_sketch(method: str, path: str, raw: bytes, mode: MatchMode) -> Sketc
 
 
 def record_sketch(record: dict[str, Any], mode: MatchMode) -> Sketch | None:
-    """The sketch of a recorded request, None when its body was not kept whole."""
+    """The sketch of a recorded request; None when it was recorded without bodies."""
     body = ((record.get("request") or {}).get("body")) or None
     if record.get("mode") != "full":
         return None

@@ -88,7 +88,7 @@ class Replayer:
         self.misses += 1
         log.warning("replay_miss", method=request.method, path=request.path, reason=message)
         body = ollama.error_body(ollama.family_of(endpoint), 404, message)
-        return web.Response(status=404, body=body, content_type="application/json")
+        return web.Response(status=404, body=body, headers={"Content-Type": _JSON})
 
     async def _send(self, request: web.Request, reply: Reply, wait: Waiter) -> web.StreamResponse:
         if not reply.streamed:
@@ -121,7 +121,8 @@ async def _write(request: web.Request, response: web.StreamResponse, piece: Piec
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=go_json(value), content_type="application/json")
+    # gin's c.JSON, as Ollama answers these routes.
+    return web.Response(status=status, body=go_json(value), headers={"Content-Type": _JSON})
 
 
 def _poller_routes(catalog: Catalog) -> list[web.RouteDef]:
