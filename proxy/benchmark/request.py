@@ -109,7 +109,7 @@ async def _stream(
         if reader is not None:
             _outputs(ex, reader.close(time.perf_counter()))
         ex.ended = time.perf_counter()
-    return _verdict(ex, reader, bytes(text[:_TEXT_LIMIT]).decode(errors="replace").strip())
+    return verdict(ex, reader, bytes(text[:_TEXT_LIMIT]).decode(errors="replace").strip())
 
 
 def _outputs(ex: Exchange, pieces: list[OutputChunk]) -> None:
@@ -117,7 +117,7 @@ def _outputs(ex: Exchange, pieces: list[OutputChunk]) -> None:
         ex.note_outputs(pieces)
 
 
-def _verdict(ex: Exchange, reader: ollama.Reader | None, text: str) -> Outcome:
+def verdict(ex: Exchange, reader: ollama.Reader | None, text: str) -> Outcome:
     """The proxy's outcome rules, with the HTTP status put in front of the message."""
     outcome = ollama.outcome_of(ex, reader)
     if outcome is Outcome.UPSTREAM_ERROR:

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from proxy.cli import bench, decode, loads, models, records, top
+from proxy.cli import bench, decode, loads, models, records, replay, top
 from proxy.config import ConfigError, Settings
 from proxy.recorder.schema import SchemaError
 
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve)
     serve.set_defaults(func=cmd_serve)
-    for command in (records, decode, models, bench, loads, top):
+    for command in (records, decode, models, bench, loads, top, replay):
         command.register(sub)
     return parser
 

@@ -44,7 +44,12 @@ def error_body(family: Family, status: int, message: str) -> bytes:
         }
     else:
         body = {"error": message}
-    encoded = orjson.dumps(body)
+    return go_json(body)
+
+
+def go_json(value: Any) -> bytes:
+    """`value` as Go's encoding/json prints it: compact, in key order, `<>&` escaped."""
+    encoded = orjson.dumps(value)
     for raw, escaped in _GO_ESCAPES:
         encoded = encoded.replace(raw, escaped)
     return encoded
