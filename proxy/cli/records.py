@@ -38,7 +38,7 @@ _TOP = ("request", "response", "timeline", "context", "output", "thinking", "too
 
 def _filters(args: argparse.Namespace) -> Filters:
     return Filters(
-        args.model, args.endpoint, args.outcome, args.client,
+        model=args.model, endpoint=args.endpoint, outcome=args.outcome, client=args.client,
         since=args.since, until=args.until, truncated=args.truncated, instance=args.instance,
     )  # fmt: skip
 

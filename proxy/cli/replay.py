@@ -28,7 +28,10 @@ _RULE_HELP = (
 
 
 def _filters(args: argparse.Namespace) -> Filters:
-    return Filters(args.model, args.endpoint, None, args.since, args.until)
+    return Filters(
+        model=args.model, endpoint=args.endpoint, client=args.client,
+        since=args.since, until=args.until, instance=args.instance,
+    )  # fmt: skip
 
 
 def _where(args: argparse.Namespace) -> str:
@@ -69,8 +72,6 @@ def _selected(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
     kept: deque[dict[str, Any]] = deque(maxlen=args.limit)
     skipped: list[dict[str, str]] = []
     for record in store_from(args).each(_filters(args)):
-        if args.client is not None and record.get("client") != args.client:
-            continue
         reason = skip_reason(record, args.include_management)
         if reason is None:
             kept.append(record)
@@ -122,6 +123,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
     p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
     p.add_argument("--until", type=parse_time, help="before this time")
+    p.add_argument("--client", help="only this client name (its record's client_name)")
+    p.add_argument("--instance", help="only records made by this tap (its --instance)")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -144,7 +147,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = rsub.add_parser("send", help="re-send recorded requests and compare the figures")
     _common(p)
     p.add_argument("--to", required=True, help="the upstream to send to, e.g. http://gpu2:11434")
-    p.add_argument("--client", help="only this client")
     p.add_argument("--limit", type=int, default=100, help="the newest N records [default: 100]")
     p.add_argument("--concurrency", type=int, default=1, help="requests in flight [default: 1]")
     p.add_argument("--pace", choices=("original", "none"), default="none",

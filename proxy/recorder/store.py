@@ -26,7 +26,7 @@ from proxy.recorder.timeline import unpack
 SUMMARY: Final = ("seq", *(c for c in COLUMNS if c not in {"nbytes", "doc", "timeline"}))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Filters:
     model: str | None = None
     endpoint: str | None = None
