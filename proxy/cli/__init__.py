@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 
 from proxy.cli import bench, decode, models, records
 from proxy.config import ConfigError, Settings
+from proxy.ports import busy_message
 from proxy.recorder.schema import SchemaError
 
 
@@ -59,19 +60,22 @@ def _explain(error: ValidationError) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # Imported here: the server stack (aiohttp's web server, uvloop, the app) is for
-    # `serve` alone, and the other commands and --help start faster without it.
-    from proxy.serve import serve
-
     try:
         settings = settings_from(args)
         settings.check()
+        busy = busy_message(settings.host, settings.port)
+        if busy is not None:  # said before the server stack is even imported
+            raise ConfigError(busy)
     except ValidationError as exc:
         print(_explain(exc), file=sys.stderr)
         return 2
     except ConfigError as exc:
         print(f"ollama-tap: {exc}", file=sys.stderr)
         return 2
+    # Imported here: the server stack (aiohttp's web server, uvloop, the app) is for
+    # `serve` alone, and the other commands and --help start faster without it.
+    from proxy.serve import serve
+
     try:
         return serve(settings)
     except (ConfigError, SchemaError, OSError) as exc:

@@ -107,14 +107,20 @@ class Tap:
                 raise
             return await relay.proxy_error(500, INTERNAL_ERROR, Outcome.PROXY_ERROR)
 
+    def in_flight(self) -> int:
+        """How many exchanges are running."""
+        return len(self._in_flight)
+
     def shut_down(self, grace: float) -> None:
         """Shutdown begins: every exchange still in flight `grace` seconds from now is
         cancelled (aiohttp's own shutdown would wait its timeout twice for a handler that
         reads the upstream and never notices; cancelling here keeps it to `grace`)."""
         self.shutting_down = True
-        asyncio.get_running_loop().call_later(grace, self._cancel_all)
+        asyncio.get_running_loop().call_later(grace, self.stop_now)
 
-    def _cancel_all(self) -> None:
+    def stop_now(self) -> None:
+        """Cancel every exchange in flight; each ends as `shutdown`."""
+        self.shutting_down = True
         for task in list(self._in_flight):
             task.cancel()
 
