@@ -17,6 +17,7 @@ from proxy.app import ADMIN_TOKEN, make_app
 from proxy.config import ConfigError, Settings, all_loopback, bind_addresses
 from proxy.relay import TAP, make_site, raise_fd_limit
 from proxy.relay.tap import Tap
+from proxy.terminal import plural
 
 
 def _loop() -> asyncio.AbstractEventLoop:
@@ -83,16 +84,12 @@ def _announce(app: web.Application, settings: Settings) -> None:
     )
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 def _stopping(tap: Tap, grace: float) -> None:
     """Say what the shutdown waits for, and make a second signal cut it short."""
     waiting = tap.in_flight()
     if waiting:
         print(
-            f"ollama-tap: waiting up to {grace:g} s for {_plural(waiting, 'request')} in "
+            f"ollama-tap: waiting up to {grace:g} s for {plural(waiting, 'request')} in "
             "flight; Ctrl-C again to stop now",
             file=sys.stderr,
             flush=True,
@@ -102,7 +99,7 @@ def _stopping(tap: Tap, grace: float) -> None:
         cut = tap.in_flight()
         if cut:
             print(
-                f"ollama-tap: stopping now; {_plural(cut, 'request')} cut, recorded as shutdown",
+                f"ollama-tap: stopping now; {plural(cut, 'request')} cut, recorded as shutdown",
                 file=sys.stderr,
                 flush=True,
             )

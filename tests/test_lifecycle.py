@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 
 from proxy.recorder.store import Filters, Store
-from proxy.serve import _plural
+from proxy.terminal import plural
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.serve_process import ADMIN_TOKEN, serve
 
@@ -52,10 +52,6 @@ def _command_of(pid: int) -> str:
     raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     command = " ".join(p.decode() for p in raw.split(b"\0") if p)
     return command if len(command) <= 60 else command[:59] + "…"
-
-
-def test_plural() -> None:
-    assert [_plural(n, "request") for n in (0, 1, 2)] == ["0 requests", "1 request", "2 requests"]
 
 
 async def _line_with(stream: asyncio.StreamReader, text: str, seconds: float = 10) -> str:

@@ -27,7 +27,7 @@ from proxy.config import ConfigError
 from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, parse_time
-from proxy.terminal import printable
+from proxy.terminal import plural, printable
 from proxy.tokens.context import decode_record
 from proxy.tokens.errors import StoreError, VocabError
 from proxy.tokens.store import digest_hex
@@ -54,7 +54,7 @@ def _when(started: float) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     records, _ = store_from(args).page(_filters(args), args.limit)
     table = Table(
-        title=f"{len(records)} records", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+        title=plural(len(records), "record"), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
     )
     # One line a record. The id is what `records show` and `decode --record` take: it is
     # never cut, whatever the terminal's width; the other cells end in "…" when they must.
@@ -173,6 +173,11 @@ def _write_har(records: Any, out: IO[bytes]) -> None:
 
 def _guard(func: Command) -> Command:
     def run(args: argparse.Namespace) -> int:
+        path = store_from(args).path
+        if not path.exists():
+            print(f"ollama-tap records: no database at {path}; `ollama-tap serve` records "
+                  "there (or give --db FILE)", file=sys.stderr)  # fmt: skip
+            return 1
         try:
             return int(func(args))
         except SchemaError as exc:

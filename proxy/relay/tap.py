@@ -329,17 +329,25 @@ class Tapped:
         return self.body_open() and self.tee_buf is not None and not self.told
 
     async def settle(self) -> None:
-        """Read the rest of a body the upstream answered before it ended (teed, not sent)
-        for at most REST_OF_BODY_SECONDS, up to the tee limit, then end the exchange. The
-        client's reply is out by now: only the exchange's end waits."""
-        body = self.streaming
-        if body is not None and self.settled is not None and self.awaits_body():
-            try:
-                async with asyncio.timeout(REST_OF_BODY_SECONDS):
-                    await body.rest()
-            except Exception as exc:  # the client stopped sending, or went: keep what came
-                log.debug("upload_rest_unread", id=self.ex.id, error=repr(exc))
+        """Read the rest of a body the upstream answered before it ended (teed, not sent),
+        then end the exchange. The client's reply is out by now: only the exchange's end
+        waits."""
+        if self.settled is not None and self.awaits_body():
+            await self.read_rest()
         self.end()
+
+    async def read_rest(self) -> None:
+        """Read (and tee) the rest of a body still streaming in, for at most
+        REST_OF_BODY_SECONDS and up to the tee limit: what the record needs of it (the
+        model, above all) when nothing upstream will read it."""
+        body = self.streaming
+        if body is None or not self.body_open() or self.tee_buf is None:
+            return
+        try:
+            async with asyncio.timeout(REST_OF_BODY_SECONDS):
+                await body.rest()
+        except Exception as exc:  # the client stopped sending, or went: keep what came
+            log.debug("upload_rest_unread", id=self.ex.id, error=repr(exc))
 
     def end(self) -> None:
         """Fire `response` or `error` for an exchange that settled, once."""
