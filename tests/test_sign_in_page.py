@@ -14,10 +14,14 @@ Client = TestClient[web.Request, web.Application]
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
 
+async def inspector(request: web.Request) -> web.Response:
+    return web.Response(text="the inspector")
+
+
 @pytest.fixture
 async def client(aiohttp_client: Callable[[web.Application], Awaitable[Client]]) -> Client:
     app = web.Application(middlewares=[auth_middleware("a-token-of-sixteen-or-more")])
-    app.router.add_get("/_tap/", lambda _: web.Response(text="the inspector"))
+    app.router.add_get("/_tap/", inspector)
     return await aiohttp_client(app)
 
 
