@@ -35,8 +35,7 @@ def in_use_message(host: str, port: int) -> str:
     holder = listener(port)
     who = f"by {holder}" if holder else "by another program"
     return (
-        f"{host}:{port} is in use {who}; stop it, or listen elsewhere with --port "
-        "(OLLAMA_TAP_PORT)"
+        f"{host}:{port} is in use {who}; stop it, or listen elsewhere with --port (OLLAMA_TAP_PORT)"
     )
 
 
@@ -79,9 +78,9 @@ def _listening_inodes(port: int, proc: Path) -> set[str]:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 9 and fields[3] == _LISTEN:
-                if int(fields[1].rpartition(":")[2], 16) == port:
-                    inodes.add(fields[9])
+            listening = len(fields) > 9 and fields[3] == _LISTEN
+            if listening and int(fields[1].rpartition(":")[2], 16) == port:
+                inodes.add(fields[9])
     return inodes
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import aiohttp
 
 from proxy.recorder.store import Filters, Store
-from proxy.terminal import plural
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.serve_process import ADMIN_TOKEN, serve
 

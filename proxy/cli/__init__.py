@@ -16,7 +16,6 @@ from proxy.config import ConfigError, Settings
 from proxy.ports import busy_message
 from proxy.recorder.schema import SchemaError
 
-
 # Fields whose None means "worked out at start-up": --help shows what that is here and now.
 _COMPUTED: dict[str, Callable[[Settings], object]] = {
     "upstream": lambda s: s.upstream_url,

@@ -54,7 +54,10 @@ def _when(started: float) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     records, _ = store_from(args).page(_filters(args), args.limit)
     table = Table(
-        title=plural(len(records), "record"), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+        title=plural(len(records), "record"),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
     )
     # One line a record. The id is what `records show` and `decode --record` take: it is
     # never cut, whatever the terminal's width; the other cells end in "…" when they must.

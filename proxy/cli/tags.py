@@ -58,5 +58,5 @@ def _time(text: str) -> datetime:
     head, dot, rest = text.partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
-        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+        text = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else datetime.min

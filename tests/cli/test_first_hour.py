@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import orjson
 import pytest
-
-import aiohttp
 
 from proxy.cli import build_parser, main
 from proxy.config import Settings
@@ -51,7 +50,10 @@ def test_records_on_a_missing_database_say_so(
         (["records", "lsit"], "invalid choice: 'lsit'; did you mean list?"),
         (["records", "list", "--limt", "3"], "unrecognized argument --limt; did you mean --limit?"),
         (["serve", "--prot=8080"], "unrecognized argument --prot; did you mean --port?"),
-        (["serve", "--no-metircs"], "unrecognized argument --no-metircs; did you mean --no-metrics?"),
+        (
+            ["serve", "--no-metircs"],
+            "unrecognized argument --no-metircs; did you mean --no-metrics?",
+        ),
     ],
 )
 def test_a_typo_gets_a_suggestion(

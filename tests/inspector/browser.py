@@ -1,8 +1,9 @@
 """Headless Chromium driven over the DevTools protocol (an aiohttp websocket), for page tests.
 
 No Selenium or Playwright: the browser is the system's Chromium (Debian package
-`chromium`), found by `tests.support.system_tools.find_chromium`. A `Page` records every console message, log entry,
-uncaught exception, JavaScript dialog and CSP violation so a test can assert there were none.
+`chromium`), found by tests/support/system_tools.py. A `Page` records every console message,
+log entry, uncaught exception, JavaScript dialog and CSP violation so a test can assert there
+were none.
 """
 
 from __future__ import annotations
