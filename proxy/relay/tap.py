@@ -108,7 +108,6 @@ class Tap:
             return await relay.proxy_error(500, INTERNAL_ERROR, Outcome.PROXY_ERROR)
 
     def in_flight(self) -> int:
-        """How many exchanges are running."""
         return len(self._in_flight)
 
     def shut_down(self, grace: float) -> None:
@@ -330,16 +329,14 @@ class Tapped:
 
     async def settle(self) -> None:
         """Read the rest of a body the upstream answered before it ended (teed, not sent),
-        then end the exchange. The client's reply is out by now: only the exchange's end
-        waits."""
+        then end the exchange. The client's reply is out: only the exchange's end waits."""
         if self.settled is not None and self.awaits_body():
             await self.read_rest()
         self.end()
 
     async def read_rest(self) -> None:
-        """Read (and tee) the rest of a body still streaming in, for at most
-        REST_OF_BODY_SECONDS and up to the tee limit: what the record needs of it (the
-        model, above all) when nothing upstream will read it."""
+        """Read (and tee) the rest of a body still streaming in, for the record (its model
+        above all), for at most REST_OF_BODY_SECONDS and up to the tee limit."""
         body = self.streaming
         if body is None or not self.body_open() or self.tee_buf is None:
             return
