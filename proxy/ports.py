@@ -89,7 +89,8 @@ def _command(pid_dir: Path) -> str:
         raw = (pid_dir / "cmdline").read_bytes()
     except OSError:
         return "?"
-    command = " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+    # One line whatever the arguments hold (a `python -c` program spans several).
+    command = " ".join(raw.decode(errors="replace").replace("\0", " ").split())
     if len(command) > _COMMAND_CHARS:
         command = command[: _COMMAND_CHARS - 1] + "…"
     return command or "?"

@@ -39,18 +39,11 @@ def test_a_busy_port_is_one_line_naming_the_holder_and_the_fix(tmp_path: Path) -
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     assert min(took, cpu) < 2, f"took {took:.1f} s ({cpu:.1f} s of CPU) to say the port is busy"
     assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [
-        f"ollama-tap: 127.0.0.1:{port} is in use by pid {os.getpid()} "
-        f"({_command_of(os.getpid())}); stop it, or listen elsewhere with --port "
-        "(OLLAMA_TAP_PORT)"
-    ]
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"ollama-tap: 127.0.0.1:{port} is in use by pid {os.getpid()} (")
+    assert "python" in line or "pytest" in line  # this test run's own command line
+    assert line.endswith("); stop it, or listen elsewhere with --port (OLLAMA_TAP_PORT)")
     assert not (tmp_path / "r.db").exists(), "nothing started before the port was known free"
-
-
-def _command_of(pid: int) -> str:
-    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    command = " ".join(p.decode() for p in raw.split(b"\0") if p)
-    return command if len(command) <= 60 else command[:59] + "…"
 
 
 async def _line_with(stream: asyncio.StreamReader, text: str, seconds: float = 10) -> str:
