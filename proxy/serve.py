@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import signal
 import ssl
@@ -12,11 +13,13 @@ from pathlib import Path
 import structlog
 from aiohttp import web
 
-from proxy import compiled, logs
+from proxy import compiled, logs, ports
 from proxy.app import ADMIN_TOKEN, make_app
 from proxy.config import ConfigError, Settings, all_loopback, bind_addresses
 from proxy.credentials import redacted_url
-from proxy.relay import make_site, raise_fd_limit
+from proxy.relay import TAP, make_site, raise_fd_limit
+from proxy.relay.tap import Tap
+from proxy.terminal import plural
 
 
 def _loop() -> asyncio.AbstractEventLoop:
@@ -68,23 +71,52 @@ def build_kind() -> str:
 def serve(settings: Settings) -> int:
     """Serve until SIGINT/SIGTERM, then shut down in phases and return 0.
 
-    Shutdown phases (aiohttp's runner): stop accepting connections; mark the app as shutting
-    down; let in-flight exchanges run on for `shutdown_grace` seconds; cancel what is left
-    (recorded with outcome `shutdown`, by the relay's driver at exactly the end of the
-    grace period); close the upstream session, the poller and the recorder, which drains its
-    queue to disk.
+    The banner follows the bind, so a start that fails prints only why. Shutdown phases
+    (aiohttp's runner): stop accepting connections; mark the app as shutting down; let
+    in-flight exchanges run on for `shutdown_grace` seconds, or until a second signal;
+    cancel what is left (recorded with outcome `shutdown`, by the relay's driver); close the
+    upstream session, the poller and the recorder, which drains its queue to disk.
     """
     logs.configure(settings.log_level, settings.log_format)
     raise_fd_limit()  # before make_app: the front's connection cap follows from the limit
     app = make_app(settings)
-    token = app.get(ADMIN_TOKEN)
-    print(banner(settings, token), file=sys.stderr, flush=True)
-    structlog.get_logger("ollama_tap").info(
-        "listening", host=settings.host, port=settings.port, upstream=str(settings.upstream_url)
-    )
     with asyncio.Runner(loop_factory=_loop) as runner:
         runner.run(_run(app, settings))
     return 0
+
+
+def _announce(app: web.Application, settings: Settings) -> None:
+    """The banner and the log's first line, once the port is bound."""
+    print(banner(settings, app.get(ADMIN_TOKEN)), file=sys.stderr, flush=True)
+    structlog.get_logger("ollama_tap").info(
+        "listening", host=settings.host, port=settings.port, upstream=str(settings.upstream_url)
+    )
+
+
+def _stopping(tap: Tap, grace: float) -> None:
+    """Say what the shutdown waits for, and make a second signal cut it short."""
+    waiting = tap.in_flight()
+    if waiting:
+        print(
+            f"ollama-tap: waiting up to {grace:g} s for {plural(waiting, 'request')} in "
+            "flight; Ctrl-C again to stop now",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def now() -> None:
+        cut = tap.in_flight()
+        if cut:
+            print(
+                f"ollama-tap: stopping now; {plural(cut, 'request')} cut, recorded as shutdown",
+                file=sys.stderr,
+                flush=True,
+            )
+        tap.stop_now()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, now)
 
 
 def _check_bound(settings: Settings, bound: list[str]) -> None:
@@ -108,8 +140,15 @@ async def _run(app: web.Application, settings: Settings) -> None:
     )
     await runner.setup()
     try:
-        await make_site(runner, settings.host, settings.port, _ssl(settings)).start()
+        try:
+            await make_site(runner, settings.host, settings.port, _ssl(settings)).start()
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            # Taken since the check before start-up.
+            raise ConfigError(ports.in_use_message(settings.host, settings.port)) from None
         _check_bound(settings, [str(address[0]) for address in runner.addresses])
+        _announce(app, settings)
         # Everything made so far (modules, the app, the registry) lives as long as the
         # process: out of the collector's sight, a full collection under many held streams
         # walks far fewer objects and stalls every stream for less.
@@ -120,5 +159,6 @@ async def _run(app: web.Application, settings: Settings) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        _stopping(app[TAP], settings.shutdown_grace)
     finally:
         await runner.cleanup()

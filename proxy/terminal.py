@@ -30,3 +30,8 @@ def printable(text: str, stream: TextIO | None = None) -> str:
     """`text` as it may be written to `stream` (standard output by default)."""
     out = sys.stdout if stream is None else stream
     return escaped(text) if out.isatty() else text
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 record`, `2 records`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

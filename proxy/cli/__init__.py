@@ -5,25 +5,46 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from proxy.cli import bench, decode, loads, models, records, replay, top
+from proxy.cli import bench, decode, loads, models, records, replay, suggest, top
 from proxy.config import ConfigError, Settings
+from proxy.ports import busy_message
 from proxy.recorder.schema import SchemaError
 
+# Fields whose None means "worked out at start-up": --help shows what that is here and now.
+_COMPUTED: dict[str, Callable[[Settings], object]] = {
+    "upstream": lambda s: s.upstream_url,
+    "db": lambda s: s.db_path,
+    "record": lambda s: f"{s.record_mode} (on {s.host})",
+    "admin_token": lambda s: f"generated, kept in {s.db_path.parent / 'admin-token'}",
+}
 
-def _flag_help(name: str, field: FieldInfo) -> str:
+
+def _flag_help(name: str, field: FieldInfo, computed: Settings | None) -> str:
     default = field.default
+    if default is None and computed is not None and name in _COMPUTED:
+        default = _COMPUTED[name](computed)
     shown = "none" if default is None or default == () else default
     return f"{field.description} [default: {shown}; env OLLAMA_TAP_{name.upper()}]"
 
 
+def _computed_defaults() -> Settings | None:
+    """The settings as the environment makes them; None when it holds a bad value (which
+    `serve` then reports)."""
+    try:
+        return Settings.model_validate({})
+    except (ValidationError, ConfigError):
+        return None
+
+
 def add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per Settings field; unset flags leave the environment and defaults in charge."""
+    computed = _computed_defaults()
     for name, field in Settings.model_fields.items():
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         flag = str(extra.get("flag", "--" + name.replace("_", "-")))
@@ -41,14 +62,14 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
                 flag,
                 action=argparse.BooleanOptionalAction,
                 default=argparse.SUPPRESS,
-                help=_flag_help(name, field),
+                help=_flag_help(name, field, computed),
             )
         else:
             parser.add_argument(
                 flag,
                 default=argparse.SUPPRESS,
                 metavar=name.upper(),
-                help=_flag_help(name, field),
+                help=_flag_help(name, field, computed),
             )
 
 
@@ -69,19 +90,22 @@ def _explain(error: ValidationError) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # Imported here: the server stack (aiohttp's web server, uvloop, the app) is for
-    # `serve` alone, and the other commands and --help start faster without it.
-    from proxy.serve import serve
-
     try:
         settings = settings_from(args)
         settings.check()
+        busy = busy_message(settings.host, settings.port)
+        if busy is not None:  # said before the server stack is even imported
+            raise ConfigError(busy)
     except ValidationError as exc:
         print(_explain(exc), file=sys.stderr)
         return 2
     except ConfigError as exc:
         print(f"ollama-tap: {exc}", file=sys.stderr)
         return 2
+    # Imported here: the server stack (aiohttp's web server, uvloop, the app) is for
+    # `serve` alone, and the other commands and --help start faster without it.
+    from proxy.serve import serve
+
     try:
         return serve(settings)
     except (ConfigError, SchemaError, OSError) as exc:
@@ -122,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    suggest.check(parser, given)
+    args = parser.parse_args(given)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

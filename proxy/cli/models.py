@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from proxy.cli.options import add_store_option, fail
+from proxy.cli.tags import Listed, TagsError, listed
+from proxy.config import ConfigError, resolve_upstream
 from proxy.tokens.errors import StoreError
 from proxy.tokens.store import Advance, Inspection, Manifest, ModelStore, inspect, unwatched
 
@@ -30,7 +34,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
     add_store_option(common)
     common.add_argument("--json", action="store_true", help="print JSON")
-    listing = actions.add_parser("list", parents=[common], help="models in the store")
+    listing = actions.add_parser(
+        "list", parents=[common], help="models in the store, else as Ollama's /api/tags lists them"
+    )
+    listing.add_argument(
+        "--url",
+        default=os.environ.get("OLLAMA_TAP_UPSTREAM"),
+        help="Ollama's URL, asked when there is no store (default: as `decode`)",
+    )
     listing.set_defaults(func=run_models_list)
     one = actions.add_parser(
         "inspect", parents=[common], help="layers, blob checks and GGUF facts of one model"
@@ -49,16 +60,24 @@ def _human(size: int) -> str:
     return f"{value:.1f} TB"
 
 
-def _manifest_doc(m: Manifest) -> dict[str, object]:
+def _manifest_doc(m: Manifest | Listed) -> dict[str, object]:
     return {"name": m.name, "digest": m.digest, "size": m.size, "modified": m.modified.isoformat()}
 
 
 def run_models_list(args: argparse.Namespace) -> int:
-    """`ollama-tap models list`: every model in the store."""
+    """`ollama-tap models list`: every model in the store; without one, Ollama's list."""
+    manifests: list[Manifest] | list[Listed]
     try:
         manifests = ModelStore.locate(args.store).manifests()
     except StoreError as exc:
-        return fail("models list", exc)
+        if args.store is not None:
+            return fail("models list", exc)  # the store asked for, not a stand-in
+        try:
+            upstream = resolve_upstream(args.url, os.environ.get("OLLAMA_HOST"))
+            manifests = asyncio.run(listed(upstream))
+        except (TagsError, ConfigError) as tags_exc:
+            return fail("models list", f"{exc}; and Ollama's list: {tags_exc}")
+        print(f"ollama-tap models list: {exc}; listing {upstream}/api/tags", file=sys.stderr)
     if args.json:
         sys.stdout.write(orjson.dumps([_manifest_doc(m) for m in manifests]).decode() + "\n")
         return 0

@@ -26,7 +26,7 @@ from proxy.recorder.backend import StoreError as RecordsUnavailable
 from proxy.recorder.export import har, write_jsonl
 from proxy.recorder.schema import SchemaError
 from proxy.recorder.store import Filters, parse_time
-from proxy.terminal import printable
+from proxy.terminal import plural, printable
 from proxy.tokens.context import decode_record
 from proxy.tokens.errors import StoreError, VocabError
 from proxy.tokens.store import digest_hex
@@ -52,7 +52,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         else:
             sys.stdout.buffer.writelines(orjson.dumps(r) + b"\n" for r in records)
         return 0
-    print_table(records, f"{len(records)} records")
+    print_table(records, plural(len(records), "record"))
     return 0
 
 
@@ -157,6 +157,11 @@ def _write_har(records: Any, out: IO[bytes]) -> None:
 
 def _guard(func: Command) -> Command:
     def run(args: argparse.Namespace) -> int:
+        path = store_from(args).path
+        if not path.exists():
+            print(f"ollama-tap records: no database at {path}; `ollama-tap serve` records "
+                  "there (or give --db FILE)", file=sys.stderr)  # fmt: skip
+            return 1
         try:
             return int(func(args))
         except (SchemaError, RecordsUnavailable, ConfigError) as exc:

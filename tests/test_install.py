@@ -1,0 +1,109 @@
+"""Installing from a clone as the README says: `make run`'s Python check and its fallback to
+the interpreted build, and `pip install .` into a fresh virtual environment. Each works on a
+copy of the working tree, so the clone's own venv and build are never touched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A Python 3.10 as Ubuntu 22.04 has it: it answers -V, and fails the version test.
+PY310 = '#!/bin/sh\n[ "$1" = -V ] && { echo "Python 3.10.12"; exit 0; }\nexit 1\n'
+
+
+def _env(**extra: str) -> dict[str, str]:
+    # Not an outer make's flags (`make unit` runs pytest): its jobserver and directory messages.
+    drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "OLLAMA_TAP_PURE_PYTHON", "CC", "VIRTUAL_ENV"}
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    """The working tree's files as git sees them (tracked and new, not ignored)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    target = tmp_path / "clone"
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+def make(clone: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    return subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=clone, env=_env(**env),
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def test_an_old_python_is_refused_first_with_the_fix(clone: Path) -> None:
+    old = clone / "python3.10"
+    old.write_text(PY310)
+    old.chmod(0o755)
+    proc = make(clone, "run", f"PYTHON={old}")
+    assert proc.returncode != 0
+    assert f"ollama-tap needs Python 3.11 or newer; {old} is Python 3.10.12." in proc.stderr
+    assert "sudo apt install python3.11 python3.11-venv" in proc.stderr
+    assert "make run PYTHON=python3.11" in proc.stderr
+    assert not (clone / ".venv").exists(), "checked before anything was installed"
+
+
+@pytest.mark.slow
+def test_make_run_falls_back_to_the_interpreted_build(clone: Path) -> None:
+    """No compiler (CC names none): one line, then the proxy; the same with the README's
+    OLLAMA_TAP_PURE_PYTHON=1. Both end by saying how to get `ollama-tap` on PATH."""
+    run = ("run", f"PYTHON={sys.executable}", "ARGS=--help")
+    proc = make(clone, *run, CC="/nonexistent/cc")
+    assert proc.returncode == 0, proc.stderr
+    assert "compiling the fast path (2–3 minutes, once" in proc.stdout
+    fallback = [line for line in proc.stdout.splitlines() if "interpreted build" in line]
+    assert fallback == [
+        "no C compiler worked (.venv/compile.log): running the interpreted build, the same "
+        "proxy with a slower relay"
+    ]
+    assert "Traceback" not in proc.stderr and "error:" not in proc.stderr.lower()
+    venv_bin = clone / ".venv" / "bin"
+    assert f'export PATH="{venv_bin}:$PATH"' in proc.stdout
+    assert "pipx install ." in proc.stdout
+    assert "Listen for Ollama clients" in proc.stdout  # `serve --help` ran
+    assert not list((clone / "proxy").rglob("*.so"))
+
+    proc = make(clone, *run, OLLAMA_TAP_PURE_PYTHON="1")
+    assert proc.returncode == 0, proc.stderr
+    assert "OLLAMA_TAP_PURE_PYTHON=1: running the interpreted build" in proc.stdout
+    assert "compiling" not in proc.stdout
+    assert "Listen for Ollama clients" in proc.stdout
+
+
+@pytest.mark.slow
+def test_pip_install_of_the_clone_puts_a_working_command_in_a_fresh_venv(
+    clone: Path, tmp_path: Path
+) -> None:
+    """What `pipx install .` and `uv tool install .` do: a venv of its own, the command in
+    its bin/. Plain Python (the compiled build is `make run`'s), so it takes a minute."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(clone)]
+    installed = subprocess.run(
+        pip, env=_env(OLLAMA_TAP_PURE_PYTHON="1"), capture_output=True, text=True, timeout=600
+    )
+    assert installed.returncode == 0, installed.stderr
+    command = venv / "bin" / "ollama-tap"
+    helped = subprocess.run(
+        [str(command), "--help"], capture_output=True, text=True, timeout=60, env=_env()
+    )
+    assert helped.returncode == 0, helped.stderr
+    assert "serve" in helped.stdout and "records" in helped.stdout
