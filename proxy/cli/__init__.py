@@ -13,13 +13,15 @@ from pydantic.fields import FieldInfo
 
 from proxy.cli import bench, decode, loads, models, records, replay, suggest, top
 from proxy.config import ConfigError, Settings
+from proxy.credentials import redacted_url
 from proxy.ports import busy_message
 from proxy.recorder.schema import SchemaError
 
 # Fields whose None means "worked out at start-up": --help shows what that is here and now.
 _COMPUTED: dict[str, Callable[[Settings], object]] = {
     "upstream": lambda s: s.upstream_url,
-    "db": lambda s: s.db_path,
+    "db": lambda s: redacted_url(str(s.db_location)),
+    "instance": lambda s: s.instance_name,
     "record": lambda s: f"{s.record_mode} (on {s.host})",
     "admin_token": lambda s: f"generated, kept in {s.db_path.parent / 'admin-token'}",
 }
@@ -55,7 +57,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
                 action="append",
                 default=argparse.SUPPRESS,
                 metavar="RULE",
-                help=_flag_help(name, field),
+                help=_flag_help(name, field, computed),
             )
         elif field.annotation is bool:
             parser.add_argument(
