@@ -120,7 +120,8 @@ unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps engine
 
 # The second and third passes run the proxy's own tests: not the deploy stack, the browser
 # or the benchmark scripts, which the first pass covers and no relay mode changes.
-PROXY_TESTS_ONLY := --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench
+PROXY_TESTS_ONLY := --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench \
+	--ignore=tests/test_install.py
 
 ## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one,
 ## the real-engine tier among them
