@@ -89,21 +89,28 @@ def test_make_run_falls_back_to_the_interpreted_build(clone: Path) -> None:
 
 
 @pytest.mark.slow
-def test_pip_install_of_the_clone_puts_a_working_command_in_a_fresh_venv(
+def test_pipx_install_of_the_clone_puts_a_working_command_on_path(
     clone: Path, tmp_path: Path
 ) -> None:
-    """What `pipx install .` and `uv tool install .` do: a venv of its own, the command in
-    its bin/. Plain Python (the compiled build is `make run`'s), so it takes a minute."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(clone)]
+    """The README's `pipx install .`, with pipx from PyPI in a venv of its own and its home and
+    bin directory in the test's folder. Plain Python (the compiled build is `make run`'s)."""
+    tools = tmp_path / "tools"
+    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True, timeout=120)
+    got = subprocess.run(
+        [str(tools / "bin" / "python"), "-m", "pip", "install", "-q", "pipx"],
+        env=_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    home, bin_dir = tmp_path / "pipx", tmp_path / "bin"
+    env = _env(PIPX_HOME=str(home), PIPX_BIN_DIR=str(bin_dir), OLLAMA_TAP_PURE_PYTHON="1")
     installed = subprocess.run(
-        pip, env=_env(OLLAMA_TAP_PURE_PYTHON="1"), capture_output=True, text=True, timeout=600
-    )
-    assert installed.returncode == 0, installed.stderr
-    command = venv / "bin" / "ollama-tap"
+        [str(tools / "bin" / "pipx"), "install", str(clone)],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stdout + installed.stderr
     helped = subprocess.run(
-        [str(command), "--help"], capture_output=True, text=True, timeout=60, env=_env()
-    )
+        [str(bin_dir / "ollama-tap"), "--help"], capture_output=True, text=True, timeout=60,
+        env=_env(),
+    )  # fmt: skip
     assert helped.returncode == 0, helped.stderr
     assert "serve" in helped.stdout and "records" in helped.stdout
