@@ -35,7 +35,6 @@ import psycopg
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from bench.recorder import _one
 from proxy.app import make_app
 from proxy.cli import main as cli
 from proxy.config import Settings
@@ -43,6 +42,9 @@ from proxy.recorder import Recorder
 from proxy.recorder.record import COLUMNS
 from proxy.recorder.store import Filters, Store
 from tests.support.postgres import PgServer, binaries
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from recorder import _one
 
 TOKEN = "bench-admin-token-0123456789"
 _FILLED = {
