@@ -157,12 +157,12 @@ def _write_har(records: Any, out: IO[bytes]) -> None:
 
 def _guard(func: Command) -> Command:
     def run(args: argparse.Namespace) -> int:
-        path = store_from(args).path
-        if not path.exists():
-            print(f"ollama-tap records: no database at {path}; `ollama-tap serve` records "
-                  "there (or give --db FILE)", file=sys.stderr)  # fmt: skip
-            return 1
         try:
+            location = store_from(args).location
+            if isinstance(location, Path) and not location.exists():
+                print(f"ollama-tap records: no database at {location}; `ollama-tap serve` "
+                      "records there (or give --db FILE)", file=sys.stderr)  # fmt: skip
+                return 1
             return int(func(args))
         except (SchemaError, RecordsUnavailable, ConfigError) as exc:
             print(f"ollama-tap: {exc}", file=sys.stderr)

@@ -58,7 +58,7 @@ async def test_records_list_filters_by_client(
     rec = await record_three(tmp_path, "full")
     assert main(["records", "list", "--db", str(rec.store.path), "--client", "curl"]) == 0
     table = capsys.readouterr().out
-    assert "1 records" in table and "r1" in table and "r0" not in table
+    assert table.startswith("1 record\n") and "r1" in table and "r0" not in table
 
 
 def test_the_migration_adds_the_column_to_an_older_file(tmp_path: Path) -> None:
