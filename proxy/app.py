@@ -15,6 +15,8 @@ from proxy.hostcheck import host_check, local_addresses
 from proxy.inspector import add_routes as add_inspector_routes
 from proxy.metrics.observer import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
+from proxy.otel import Otel
+from proxy.otel import start as start_otel
 from proxy.recorder import Recorder
 from proxy.recorder.api import add_routes as add_recorder_routes
 from proxy.relay import SESSION, install, make_session, server_args
@@ -28,6 +30,7 @@ HOOKS = web.AppKey("hooks", Hooks)
 POLLER = web.AppKey("poller", UpstreamPoller)
 RECORDER = web.AppKey("recorder", Recorder)
 ADMIN_TOKEN = web.AppKey("admin_token", str)
+OTEL = web.AppKey("otel", Otel)
 VOCABS = web.AppKey("vocabs", VocabCache)
 """Vocabularies by model digest, for the read API's decoded `context` (never the hot path)."""
 
@@ -65,6 +68,12 @@ async def _recorder(app: web.Application) -> AsyncIterator[None]:
     await app[RECORDER].stop()
 
 
+async def _otel(app: web.Application) -> AsyncIterator[None]:
+    yield
+    # Runs after in-flight handlers ended: every exchange has made its span by now.
+    await app[OTEL].close()
+
+
 async def healthz(request: web.Request) -> web.Response:
     up = request.app[POLLER].up
     return web.json_response({"upstream": "up" if up else "down"})
@@ -98,12 +107,17 @@ def make_app(
     recorder = Recorder(settings, registry, digest_of=poller.digest_of, spelling=labels.spelling)
     metrics = [MetricsObserver(registry, labels, poller)] if settings.metrics else []
     # The labels first: a reply head that proves a name does so before the others look.
-    builtin = [labels, *metrics, recorder, AccessLog(labels.label)]
+    otel = start_otel(settings, registry, poller.context_length)
+    traced = otel.observers if otel is not None else []
+    builtin = [labels, *metrics, recorder, AccessLog(labels.label), *traced]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS] = poller, recorder, hooks
     app[VOCABS] = _vocab_cache(app, settings)
 
     app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
+    if otel is not None:
+        app[OTEL] = otel
+        app.cleanup_ctx.append(_otel)
     app.router.add_get("/_tap/healthz", healthz)
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
