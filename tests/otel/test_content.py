@@ -65,4 +65,6 @@ async def test_metadata_and_off_modes_export_no_content_at_all(
     assert b"chat " + LLAMA.encode() in raw  # the spans are there, by their names
     for secret in ("PROMPT-SECRET", "SYSTEM-SECRET", "OUTPUT", "scatters", "HEADER-SECRET"):
         assert secret.encode() not in raw, secret
-    assert not {"gen_ai.input.messages", "gen_ai.output.messages"} & receiver.servers[0].attrs.keys()
+    assert (
+        not {"gen_ai.input.messages", "gen_ai.output.messages"} & receiver.servers[0].attrs.keys()
+    )

@@ -88,7 +88,10 @@ async def test_a_streamed_chat_is_one_server_span_with_a_client_child_and_its_fi
     # The client's view, against the fake's own first-token time.
     pieces = len(thinking) + len(fake_ollama.script.tokens)
     gap = final.eval_duration / 1e9 / (pieces - 1)
-    ttft, ttfc = a["ollama_tap.client.time_to_first_token"], a["ollama_tap.client.time_to_first_content"]
+    ttft, ttfc = (
+        a["ollama_tap.client.time_to_first_token"],
+        a["ollama_tap.client.time_to_first_content"],
+    )
     assert took(ttft, final.total_duration - final.eval_duration, LOAD + QUEUE + PREFILL)
     assert near(ttfc, ttft + len(thinking) * gap, TOL / 2) and ttfc > ttft
     assert near(a["ollama_tap.server.time_to_first_token"], ttft, TOL)
@@ -96,7 +99,10 @@ async def test_a_streamed_chat_is_one_server_span_with_a_client_child_and_its_fi
 
     # Events at the recorded times, on the span's clock.
     start = server.span.start_time_unix_nano
-    first, content = server.events["ollama_tap.first_token"], server.events["ollama_tap.first_content"]
+    first, content = (
+        server.events["ollama_tap.first_token"],
+        server.events["ollama_tap.first_content"],
+    )
     assert abs((first - start) / 1e9 - ttft) < 1e-6
     assert abs((content - start) / 1e9 - ttfc) < 1e-6
     assert client_span.span.start_time_unix_nano >= start
@@ -127,7 +133,11 @@ async def test_openai_parameters_come_from_the_top_level_of_the_body(
 ) -> None:
     client = openai.AsyncOpenAI(base_url=f"{traced.url}/v1", api_key="ollama")
     await client.chat.completions.create(
-        model=LLAMA, messages=MESSAGES, temperature=0.75, top_p=0.25, max_tokens=32  # type: ignore[arg-type]
+        model=LLAMA,
+        messages=MESSAGES,
+        temperature=0.75,
+        top_p=0.25,
+        max_tokens=32,  # type: ignore[arg-type]
     )
     await spans_of(receiver, 1)
     a = receiver.servers[0].attrs
