@@ -10,7 +10,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from proxy.app import HOOKS, OTEL
 from proxy.hooks import observer_name
-
 from tests.conftest import MakeProxy, Proxy
 from tests.otel.receiver import Receiver
 from tests.support.fake_ollama import FakeOllama, Script
