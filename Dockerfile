@@ -10,7 +10,8 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY proxy ./proxy
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# With the OpenTelemetry extra: the proxy imports it only when an OTLP endpoint is set.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[otel]'
 
 FROM python:3.11-slim
 
@@ -29,7 +30,7 @@ RUN groupadd --system --gid 10001 tap \
     && chmod 0700 /data
 
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels /wheels/ollama_tap-*.whl
+    pip install --no-cache-dir --no-index --find-links /wheels /wheels/*.whl
 
 WORKDIR /data
 USER 10001:10001

@@ -24,7 +24,7 @@ class Traces(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self) -> None:
         self.spans: list[Span] = []
 
-    async def Export(  # noqa: N802 (the service's method name)
+    async def Export(
         self, request: ExportTraceServiceRequest, context: object
     ) -> ExportTraceServiceResponse:
         for rs in request.resource_spans:
