@@ -106,9 +106,6 @@ class Settings(BaseSettings):
         description="OTLP collector URL that turns span export on (else "
         "OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT).",
     )
-    otel_propagate: bool = Field(
-        False, description="Send the upstream span's traceparent to Ollama (bytes change)."
-    )
     otel_metrics: bool = Field(False, description="Also export the GenAI client metrics over OTLP.")
     relay: Literal["aiohttp", "fast"] = Field(
         "fast",

@@ -41,7 +41,6 @@ class OtelConfig:
     semconv: Semconv
     content: bool
     """Prompts and outputs go on the span: the recorder's privacy mode is `full`."""
-    propagate: bool
     metrics: bool
     upstream: URL
 
@@ -102,7 +101,6 @@ def otel_config(settings: Settings, env: Mapping[str, str] | None = None) -> Ote
         endpoint=_endpoint(settings),
         semconv=semconv(env),
         content=settings.record_mode is RecordMode.FULL,
-        propagate=settings.otel_propagate,
         metrics=settings.otel_metrics,
         upstream=settings.upstream_url,
     )
