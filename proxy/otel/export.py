@@ -9,8 +9,10 @@ those the full queue pushed out and those whose export failed, all counted in
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
@@ -124,6 +126,30 @@ class CountingExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
+class OncePerMinute(logging.Filter):
+    """Lets the same message of the SDK through once a minute: with a collector down, the
+    batch processor warns for each span it drops (on the loop, as the span ends) and the
+    exporter for each batch; the drop counter has the numbers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[object, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now, key = time.monotonic(), record.msg
+        if now - self._last.get(key, -60.0) < 60.0:
+            return False
+        self._last[key] = now
+        return True
+
+
+QUIET_LOGGERS: Final = (
+    "opentelemetry.sdk._shared_internal",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+)
+
+
 def queue_capacity() -> int:
     try:
         return max(1, int(os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_QUEUE)))
@@ -135,6 +161,10 @@ class Tracing:
     """The tracer provider and its one batch processor; `close` flushes what it can."""
 
     def __init__(self, config: OtelConfig, dropped: Counter) -> None:
+        for name in QUIET_LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, OncePerMinute) for f in logger.filters):
+                logger.addFilter(OncePerMinute())
         capacity = queue_capacity()
         self.queue = QueueCount(capacity, dropped)
         exporter = CountingExporter(span_exporter(config), self.queue)

@@ -11,7 +11,7 @@ from typing import Final
 
 from opentelemetry.metrics import Histogram
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
@@ -46,7 +46,7 @@ _METRIC_KEYS: Final = (
 """The span attributes the metrics carry (the conventions' list; none unbounded)."""
 
 
-def _exporter(config: OtelConfig) -> object:
+def _exporter(config: OtelConfig) -> MetricExporter:
     endpoint = config.signal_url("metrics")
     if config.protocol == GRPC:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
@@ -64,7 +64,7 @@ class GenAiMetrics:
     attributes."""
 
     def __init__(self, config: OtelConfig, resource: Resource) -> None:
-        reader = PeriodicExportingMetricReader(_exporter(config))  # type: ignore[arg-type]
+        reader = PeriodicExportingMetricReader(_exporter(config))
         views = [
             View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(buckets))
             for name, buckets in (
