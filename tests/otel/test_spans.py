@@ -3,6 +3,8 @@ attributed as the GenAI conventions say, with the figures the fake's injected de
 
 from __future__ import annotations
 
+import socket
+
 import ollama
 import openai
 import pytest
@@ -204,3 +206,20 @@ async def test_export_is_off_without_an_endpoint(proxy: Proxy, receiver: Receive
     assert receiver.raw == []
     assert OTEL not in proxy.app
     assert "otel" not in {observer_name(o) for o in proxy.app[HOOKS].observers}
+
+
+async def test_an_unreachable_upstream_still_makes_its_span(
+    proxy_factory: MakeProxy, receiver: Receiver
+) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    proxy = await proxy_factory(otlp_endpoint=receiver.url, upstream=f"http://127.0.0.1:{port}")
+    with pytest.raises(ollama.ResponseError):
+        await ollama.AsyncClient(host=proxy.url).chat(LLAMA, messages=MESSAGES, stream=False)
+    await spans_of(receiver, 1)
+    server = receiver.servers[0]
+    assert server.attrs["error.type"] == "upstream_unreachable"
+    assert server.attrs["server.port"] == port
+    assert server.attrs["http.response.status_code"] == 502
+    assert receiver.clients[0].span.status.code == Status.STATUS_CODE_ERROR
