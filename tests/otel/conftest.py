@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import pytest_asyncio
 from pytest_aiohttp import AiohttpServer
@@ -14,7 +16,7 @@ from tests.otel.receiver import Receiver
 def _quick_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch processor exports every 50 ms (5 s by default), and nothing of the
     developer's OTEL_* environment leaks in."""
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("OTEL_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
