@@ -21,10 +21,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Tracer
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import Counter
 
 from proxy.otel.config import GRPC, OtelConfig
+from proxy.otel.emit import Emitter
 
 SERVICE: Final = "ollama-tap"
 DEFAULT_QUEUE: Final = 2048
@@ -158,7 +159,8 @@ def queue_capacity() -> int:
 
 
 class Tracing:
-    """The tracer provider and its one batch processor; `close` flushes what it can."""
+    """The tracer provider (the sampler and resource the variables configure) and its one
+    batch processor, fed by `emitter`; `close` flushes what it can."""
 
     def __init__(self, config: OtelConfig, dropped: Counter) -> None:
         for name in QUIET_LOGGERS:
@@ -170,9 +172,11 @@ class Tracing:
         exporter = CountingExporter(span_exporter(config), self.queue)
         # Not at interpreter exit: `serve` shuts it down in its own phase, bounded.
         self.provider = TracerProvider(resource=resource(), shutdown_on_exit=False)
-        self.provider.add_span_processor(_Counting(self.queue))
-        self.provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=capacity))
-        self.tracer: Tracer = self.provider.get_tracer("ollama-tap", _package_version())
+        processors = (_Counting(self.queue), BatchSpanProcessor(exporter, max_queue_size=capacity))
+        for processor in processors:
+            self.provider.add_span_processor(processor)  # for its flush and shutdown
+        scope = InstrumentationScope("ollama-tap", _package_version())
+        self.emitter = Emitter(self.provider.resource, scope, self.provider.sampler, processors)
 
     def close(self) -> None:
         """Blocking: export what is queued (the exporter's own timeout bounds each batch),

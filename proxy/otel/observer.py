@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from opentelemetry import propagate, trace
+from opentelemetry import propagate
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from proxy.exchange import Exchange
 from proxy.ollama import NATIVE_GENERATION
@@ -19,6 +18,7 @@ from proxy.ollama.payloads import json_object
 from proxy.otel import content, spans
 from proxy.otel import semconv as sc
 from proxy.otel.config import OtelConfig
+from proxy.otel.emit import SpanIds, remote_parent
 from proxy.otel.export import Tracing
 from proxy.otel.metrics import GenAiMetrics
 
@@ -46,7 +46,7 @@ class OtelObserver:
         context_length: spans.ContextLength | None = None,
     ) -> None:
         self.config = config
-        self.tracer = tracing.tracer
+        self.emitter = tracing.emitter
         self.metrics = metrics
         self.context_length = context_length
         self.fields = set(propagate.get_global_textmap().fields)
@@ -83,20 +83,13 @@ class OtelObserver:
                 attrs.update(content.input_attributes(body))
             attrs.update(content.output_attributes(ex))
         name = sc.span_name(operation, ex.model)
-        start, end = spans.wall_ns(ex, ex.started), spans.wall_ns(ex, ex.ended)
-        server = self.tracer.start_span(
-            name, self.parent(ex), SpanKind.SERVER, attrs, start_time=start
-        )
-        for event, at in spans.events(ex):
-            server.add_event(event, timestamp=at)
-        client = self.tracer.start_span(
-            name, trace.set_span_in_context(server), SpanKind.CLIENT, common, start_time=start
-        )
+        context = self.parent(ex)
+        times = (spans.wall_ns(ex, ex.started), spans.wall_ns(ex, ex.ended))
+        error = None
         if sc.ERROR_TYPE in common:
-            status = Status(StatusCode.ERROR, ex.error_message or common[sc.ERROR_TYPE])
-            client.set_status(status)
-            server.set_status(status)
-        client.end(end_time=end)
-        server.end(end_time=end)
+            error = ex.error_message or str(common[sc.ERROR_TYPE])
+        ids = SpanIds(remote_parent(context))
+        client = spans.client_attributes(common)
+        self.emitter.emit(name, ids, context, times, attrs, client, spans.events(ex), error)
         if self.metrics is not None:
             self.metrics.record(ex, common)

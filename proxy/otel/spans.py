@@ -93,6 +93,23 @@ def common(ex: Exchange, operation: str, upstream: URL, semconv: Semconv) -> Att
     return attrs
 
 
+_CLIENT_KEYS: Final = (
+    sc.OPERATION,
+    sc.REQUEST_MODEL,
+    sc.SERVER_ADDRESS,
+    sc.SERVER_PORT,
+    sc.HTTP_STATUS,
+    sc.ERROR_TYPE,
+)
+"""What the CLIENT child repeats of `common`: what names the upstream call and its result.
+Each attribute costs its encoding on the export thread, and the provider and method are the
+parent's to say."""
+
+
+def client_attributes(common: Attributes) -> Attributes:
+    return {key: common[key] for key in _CLIENT_KEYS if key in common}
+
+
 def server_attributes(
     ex: Exchange, top: dict[str, Any] | None, context_length: ContextLength | None
 ) -> Attributes:

@@ -1,0 +1,153 @@
+"""Finished spans built whole and handed to the batch processor.
+
+An exchange's spans are known complete only at its end, so they are made there as the SDK's
+`ReadableSpan`s (what a Tracer's span becomes when it ends), not started and ended through
+a Tracer: that path validates and copies each attribute under a lock, takes the current
+context and runs span processors' starts, which was most of the export's cost per exchange
+(docs/opentelemetry.md, "What it costs"). The attributes here are plain values the mapping
+made (str, bool, int, float, tuples of str), so nothing needs cleaning.
+
+The sampler is still asked, once per exchange, with the same arguments a Tracer gives it;
+the CLIENT child follows its parent's decision.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Final
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.sampling import Sampler
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, TraceState
+from opentelemetry.util.types import Attributes
+
+SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
+UNSET: Final = Status()
+
+
+def new_span_id() -> int:
+    """A random non-zero 64-bit id, as the SDK's RandomIdGenerator makes them."""
+    while not (found := random.getrandbits(64)):
+        pass
+    return found
+
+
+def new_trace_id() -> int:
+    while not (found := random.getrandbits(128)):
+        pass
+    return found
+
+
+class SpanIds:
+    """The ids an exchange's spans get: the trace (the app's, when it sent one), the parent
+    the SERVER span names (the app's span, or none), and the two spans' own ids."""
+
+    __slots__ = ("client", "parent", "server", "trace_id", "trace_state")
+
+    def __init__(self, parent: SpanContext | None) -> None:
+        valid = parent is not None and parent.is_valid
+        self.parent = parent if valid else None
+        self.trace_id = parent.trace_id if parent is not None and valid else new_trace_id()
+        self.trace_state = parent.trace_state if parent is not None and valid else TraceState()
+        self.server = new_span_id()
+        self.client = new_span_id()
+
+
+def remote_parent(context: Context | None) -> SpanContext | None:
+    """The app's span an extracted context names, if any."""
+    if context is None:
+        return None
+    found = trace.get_current_span(context).get_span_context()
+    return found if found.is_valid else None
+
+
+class Emitter:
+    """Makes the SERVER span and its CLIENT child of one exchange and ends them into the
+    processors (the drop count's, then the batch processor)."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        scope: InstrumentationScope,
+        sampler: Sampler,
+        processors: Sequence[SpanProcessor],
+    ) -> None:
+        self.resource = resource
+        self.scope = scope
+        self.sampler = sampler
+        self.processors = tuple(processors)
+
+    def emit(
+        self,
+        name: str,
+        ids: SpanIds,
+        context: Context | None,
+        times: tuple[int, int],
+        server_attributes: dict[str, object],
+        client_attributes: dict[str, object],
+        events: Sequence[tuple[str, int]],
+        error: str | None,
+    ) -> bool:
+        """False when the sampler dropped the exchange. `context` is the extracted one the
+        sampler sees as the parent; `error` the description of a failure's status."""
+        sampled = self.sampler.should_sample(
+            context, ids.trace_id, name, SpanKind.SERVER, server_attributes
+        )
+        if not sampled.decision.is_sampled():
+            return False
+        if sampled.attributes:
+            server_attributes = {**server_attributes, **sampled.attributes}
+        state = sampled.trace_state if sampled.trace_state is not None else ids.trace_state
+        server = SpanContext(ids.trace_id, ids.server, False, SAMPLED, state)
+        client = SpanContext(ids.trace_id, ids.client, False, SAMPLED, state)
+        status = UNSET if error is None else Status(trace.StatusCode.ERROR, error)
+        start, end = times
+        made = (
+            self._span(name, client, server, SpanKind.CLIENT, client_attributes, (), status, times),
+            self._span(
+                name,
+                server,
+                ids.parent,
+                SpanKind.SERVER,
+                server_attributes,
+                [Event(event, None, at) for event, at in events],
+                status,
+                (start, end),
+            ),
+        )
+        for span in made:
+            for processor in self.processors:
+                processor.on_end(span)
+        return True
+
+    def _span(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: Attributes,
+        events: Sequence[Event],
+        status: Status,
+        times: tuple[int, int],
+    ) -> ReadableSpan:
+        return ReadableSpan(
+            name,
+            context,
+            parent,
+            self.resource,
+            attributes,
+            events,
+            (),
+            kind,
+            None,
+            status,
+            times[0],
+            times[1],
+            self.scope,
+        )
