@@ -107,6 +107,11 @@ class Settings(BaseSettings):
         "OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT).",
     )
     otel_metrics: bool = Field(False, description="Also export the GenAI client metrics over OTLP.")
+    otel_propagate: bool = Field(
+        False,
+        description="Send the proxy's CLIENT span upstream as the request's traceparent "
+        "(with span export on; else the app's headers go up unchanged).",
+    )
     relay: Literal["aiohttp", "fast"] = Field(
         "fast",
         description="'fast': the proxy's own HTTP/1.1 transport (proxy/relay/http1; /_tap "

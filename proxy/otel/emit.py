@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
-from opentelemetry.sdk.trace.sampling import Sampler
+from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, TraceState
-from opentelemetry.util.types import Attributes
+
+from proxy.relay.trace_ids import TraceIds
 
 SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 UNSET: Final = Status()
@@ -49,13 +50,21 @@ class SpanIds:
 
     __slots__ = ("client", "parent", "server", "trace_id", "trace_state")
 
-    def __init__(self, parent: SpanContext | None) -> None:
-        valid = parent is not None and parent.is_valid
-        self.parent = parent if valid else None
-        self.trace_id = parent.trace_id if parent is not None and valid else new_trace_id()
-        self.trace_state = parent.trace_state if parent is not None and valid else TraceState()
+    def __init__(self, parent: SpanContext | None, told: TraceIds | None = None) -> None:
+        """`told`: the ids the upstream was sent (`--otel-propagate`), which win; the app's
+        span stays the parent when it is of the same trace (both read its traceparent)."""
+        if parent is not None and not parent.is_valid:
+            parent = None
+        if told is not None and parent is not None and parent.trace_id != told.trace_id:
+            parent = None
+        self.parent = parent
+        self.trace_state = parent.trace_state if parent is not None else TraceState()
+        if told is not None:
+            self.trace_id, self.client = told.trace_id, told.client_span_id
+        else:
+            self.trace_id = parent.trace_id if parent is not None else new_trace_id()
+            self.client = new_span_id()
         self.server = new_span_id()
-        self.client = new_span_id()
 
 
 def remote_parent(context: Context | None) -> SpanContext | None:
@@ -88,8 +97,8 @@ class Emitter:
         ids: SpanIds,
         context: Context | None,
         times: tuple[int, int],
-        server_attributes: dict[str, object],
-        client_attributes: dict[str, object],
+        server_attributes: dict[str, Any],
+        client_attributes: dict[str, Any],
         events: Sequence[tuple[str, int]],
         error: str | None,
     ) -> bool:
@@ -98,8 +107,8 @@ class Emitter:
         sampled = self.sampler.should_sample(
             context, ids.trace_id, name, SpanKind.SERVER, server_attributes
         )
-        if not sampled.decision.is_sampled():
-            return False
+        if sampled.decision is not Decision.RECORD_AND_SAMPLE:
+            return False  # recorded only, it would not be exported either
         if sampled.attributes:
             server_attributes = {**server_attributes, **sampled.attributes}
         state = sampled.trace_state if sampled.trace_state is not None else ids.trace_state
@@ -131,7 +140,7 @@ class Emitter:
         context: SpanContext,
         parent: SpanContext | None,
         kind: SpanKind,
-        attributes: Attributes,
+        attributes: dict[str, Any],
         events: Sequence[Event],
         status: Status,
         times: tuple[int, int],

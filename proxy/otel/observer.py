@@ -21,6 +21,7 @@ from proxy.otel.config import OtelConfig
 from proxy.otel.emit import SpanIds, remote_parent
 from proxy.otel.export import Tracing
 from proxy.otel.metrics import GenAiMetrics
+from proxy.relay.trace_context import METADATA_KEY as TRACE_IDS
 
 NAME: Final = "otel"
 PARAMETERS_BODY_CAP: Final = 64 * 1024
@@ -88,7 +89,7 @@ class OtelObserver:
         error = None
         if sc.ERROR_TYPE in common:
             error = ex.error_message or str(common[sc.ERROR_TYPE])
-        ids = SpanIds(remote_parent(context))
+        ids = SpanIds(remote_parent(context), ex.metadata.get(TRACE_IDS))
         client = spans.client_attributes(common)
         self.emitter.emit(name, ids, context, times, attrs, client, spans.events(ex), error)
         if self.metrics is not None:
