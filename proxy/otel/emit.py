@@ -13,7 +13,6 @@ the CLIENT child follows its parent's decision.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -25,23 +24,11 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, TraceState
 
+from proxy.relay.trace_context import random_id
 from proxy.relay.trace_ids import TraceIds
 
 SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 UNSET: Final = Status()
-
-
-def new_span_id() -> int:
-    """A random non-zero 64-bit id, as the SDK's RandomIdGenerator makes them."""
-    while not (found := random.getrandbits(64)):
-        pass
-    return found
-
-
-def new_trace_id() -> int:
-    while not (found := random.getrandbits(128)):
-        pass
-    return found
 
 
 class SpanIds:
@@ -62,9 +49,9 @@ class SpanIds:
         if told is not None:
             self.trace_id, self.client = told.trace_id, told.client_span_id
         else:
-            self.trace_id = parent.trace_id if parent is not None else new_trace_id()
-            self.client = new_span_id()
-        self.server = new_span_id()
+            self.trace_id = parent.trace_id if parent is not None else random_id(128)
+            self.client = random_id(64)
+        self.server = random_id(64)
 
 
 def remote_parent(context: Context | None) -> SpanContext | None:

@@ -50,7 +50,8 @@ def parse_traceparent(value: str) -> tuple[int, str] | None:
     return trace_id, flags
 
 
-def _nonzero(bits: int) -> int:
+def random_id(bits: int) -> int:
+    """A random non-zero id of `bits` bits, as the SDK's RandomIdGenerator makes them."""
     while not (found := random.getrandbits(bits)):
         pass
     return found
@@ -64,9 +65,9 @@ def ids_of(incoming: Incoming) -> TraceIds:
         headers = incoming.headers
         parent = parse_traceparent(headers.get(TRACEPARENT, ""))
         if parent is None:
-            found = TraceIds(_nonzero(128), _nonzero(64), "01", None)
+            found = TraceIds(random_id(128), random_id(64), "01", None)
         else:
-            found = TraceIds(parent[0], _nonzero(64), parent[1], headers.get(TRACESTATE))
+            found = TraceIds(parent[0], random_id(64), parent[1], headers.get(TRACESTATE))
         incoming.trace_ids = found
     return found
 
