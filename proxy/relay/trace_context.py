@@ -16,6 +16,8 @@ import string
 from collections.abc import Iterable
 from typing import Final
 
+from proxy.ollama.routes import endpoint_of
+from proxy.otel.semconv import operation_of
 from proxy.relay.incoming import Incoming
 from proxy.relay.trace_ids import TraceIds
 
@@ -79,7 +81,11 @@ def as_sent(incoming: Incoming) -> Iterable[tuple[str, str]]:
 
 def propagated(incoming: Incoming) -> list[tuple[str, str]]:
     """The client's headers with its `traceparent` replaced by the CLIENT span's (in its
-    place, else last) and its `tracestate` kept only when its traceparent was valid."""
+    place, else last) and its `tracestate` kept only when its traceparent was valid. A
+    route that gets no span (`/api/tags`, `/api/pull`, ...) goes up as it came: there is no
+    CLIENT span to name."""
+    if operation_of(endpoint_of(incoming.rel_url.raw_path)) is None:
+        return list(incoming.headers.items())
     ids = ids_of(incoming)
     out: list[tuple[str, str]] = []
     sent = False

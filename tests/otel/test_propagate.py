@@ -105,3 +105,13 @@ async def test_the_setting_without_export_changes_nothing(
 )
 def test_traceparent_parsing(value: str, expected: tuple[int, str] | None) -> None:
     assert parse_traceparent(value) == expected
+
+
+async def test_a_route_without_a_span_goes_up_unchanged(
+    proxy_factory: MakeProxy, receiver: Receiver, fake_ollama: FakeOllama
+) -> None:
+    proxy = await proxy_factory(otlp_endpoint=receiver.url, otel_propagate=True)
+    async with aiohttp.ClientSession() as s, s.get(proxy.url + "/api/tags", headers=APP) as r:
+        assert r.status == 200
+    got = [r for r in fake_ollama.received if r.path_qs == "/api/tags"][-1].headers
+    assert ("traceparent", APP["traceparent"]) in got and ("tracestate", "app=1") in got
