@@ -16,8 +16,7 @@ import string
 from collections.abc import Iterable
 from typing import Final
 
-from proxy.ollama.routes import endpoint_of
-from proxy.otel.semconv import operation_of
+from proxy.ollama import routes
 from proxy.relay.incoming import Incoming
 from proxy.relay.trace_ids import TraceIds
 
@@ -74,6 +73,13 @@ def ids_of(incoming: Incoming) -> TraceIds:
     return found
 
 
+def spanned(raw_path: str) -> bool:
+    """Whether the route gets spans: every inference and embedding one (as
+    proxy.otel.semconv maps them; tests/otel/test_propagate.py holds the two together)."""
+    endpoint = routes.endpoint_of(raw_path)
+    return endpoint in routes.INFERENCE_ENDPOINTS or endpoint in routes.EMBEDDING_ENDPOINTS
+
+
 def as_sent(incoming: Incoming) -> Iterable[tuple[str, str]]:
     """The client's headers, untouched (propagation off)."""
     return incoming.headers.items()
@@ -84,7 +90,7 @@ def propagated(incoming: Incoming) -> list[tuple[str, str]]:
     place, else last) and its `tracestate` kept only when its traceparent was valid. A
     route that gets no span (`/api/tags`, `/api/pull`, ...) goes up as it came: there is no
     CLIENT span to name."""
-    if operation_of(endpoint_of(incoming.rel_url.raw_path)) is None:
+    if not spanned(incoming.rel_url.raw_path):
         return list(incoming.headers.items())
     ids = ids_of(incoming)
     out: list[tuple[str, str]] = []

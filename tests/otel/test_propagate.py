@@ -7,7 +7,9 @@ import aiohttp
 import ollama
 import pytest
 
-from proxy.relay.trace_context import parse_traceparent
+from proxy.ollama.routes import ENDPOINTS
+from proxy.otel.semconv import operation_of
+from proxy.relay.trace_context import parse_traceparent, spanned
 from tests.conftest import MakeProxy, Proxy
 from tests.otel.receiver import Receiver
 from tests.otel.test_spans import spans_of
@@ -115,3 +117,8 @@ async def test_a_route_without_a_span_goes_up_unchanged(
         assert r.status == 200
     got = [r for r in fake_ollama.received if r.path_qs == "/api/tags"][-1].headers
     assert ("traceparent", APP["traceparent"]) in got and ("tracestate", "app=1") in got
+
+
+def test_the_routes_told_are_those_that_get_spans() -> None:
+    assert {e for e in ENDPOINTS if spanned(e)} == {e for e in ENDPOINTS if operation_of(e)}
+    assert spanned("/api/chat") and not spanned("/api/tags")
