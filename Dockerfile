@@ -10,8 +10,9 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY proxy ./proxy
-# With the `postgres` extra: psycopg, for a postgresql:// --db (docs/recording.md).
-RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[postgres]'
+# With the `postgres` extra (psycopg, for a postgresql:// --db: docs/recording.md) and the
+# OpenTelemetry one (imported only when an OTLP endpoint is set: docs/opentelemetry.md).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[postgres,otel]'
 
 FROM python:3.11-slim
 
@@ -30,7 +31,7 @@ RUN groupadd --system --gid 10001 tap \
     && chmod 0700 /data
 
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels "$(ls /wheels/ollama_tap-*.whl)[postgres]"
+    pip install --no-cache-dir --no-index --find-links /wheels "$(ls /wheels/ollama_tap-*.whl)[postgres,otel]"
 
 WORKDIR /data
 USER 10001:10001

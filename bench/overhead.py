@@ -14,6 +14,7 @@ reports client-seen time to first token (TTFT) and the relay's CPU time per rela
     python bench/overhead.py --floor --only light   # and a minimal Python relay (floor.py)
     python bench/overhead.py --floor --floor-busy 150 --floor-busy 150:after --only light
     python bench/overhead.py --pin --only light     # relays on a core of their own
+    python bench/overhead.py --otel                 # and ollama-tap exporting spans (OTLP)
 
 By default the three processes share every core, so under a burst a relay's CPU is taken
 from the load generator and the upstream too: the median request of a burst waits for most
@@ -410,6 +411,12 @@ def parse_args() -> argparse.Namespace:
         "out (median ms), from timestamps the upstream logs",
     )
     parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="also measure the variant `otel`: ollama-tap exporting every exchange as spans "
+        "to an OTLP/HTTP sink (bench/otlp_sink.py) in a process of its own",
+    )
+    parser.add_argument(
         "--only", metavar="WORD", help="run only the workloads whose name contains WORD"
     )
     return parser.parse_args()
@@ -470,6 +477,12 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = [subprocess.Popen(upstream, env=up_env)]
     targets = [Target("direct", f"http://127.0.0.1:{up_port}")]
     try:
+        if args.otel:
+            sink = free_port()
+            procs.append(
+                subprocess.Popen([sys.executable, str(ROOT / "bench" / "otlp_sink.py"), str(sink)])
+            )
+            taps["otel"] = {"OLLAMA_TAP_OTLP_ENDPOINT": f"http://127.0.0.1:{sink}"}
         if not args.no_nginx and (started := start_nginx(up_port, tmp, pin)):
             procs.append(started[0])
             targets.append(started[1])

@@ -21,6 +21,8 @@ from proxy.loads.api import add_routes as add_loads_routes
 from proxy.loads.tracker import LoadTracker
 from proxy.metrics.observer import MetricsObserver, metrics_handler
 from proxy.names import ModelLabels
+from proxy.otel import Otel
+from proxy.otel import start as start_otel
 from proxy.recorder import Recorder
 from proxy.recorder.api import add_routes as add_recorder_routes
 from proxy.relay import SESSION, install, make_session, server_args
@@ -36,6 +38,7 @@ POLLER = web.AppKey("poller", UpstreamPoller)
 RECORDER = web.AppKey("recorder", Recorder)
 LOADS = web.AppKey("loads", LoadTracker)
 ADMIN_TOKEN = web.AppKey("admin_token", str)
+OTEL = web.AppKey("otel", Otel)
 VOCABS = web.AppKey("vocabs", VocabCache)
 """Vocabularies by model digest, for the read API's decoded `context` (never the hot path)."""
 
@@ -71,6 +74,12 @@ async def _recorder(app: web.Application) -> AsyncIterator[None]:
     # Runs after in-flight handlers ended (finished, or cancelled as `shutdown`), so every
     # exchange has been handed to the recorder by now; stop() drains the queue.
     await app[RECORDER].stop()
+
+
+async def _otel(app: web.Application) -> AsyncIterator[None]:
+    yield
+    # Runs after in-flight handlers ended: every exchange has made its span by now.
+    await app[OTEL].close()
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -113,6 +122,8 @@ def make_app(
         inflight_metrics.register(registry, inflight)
     labels.on_free(lambda model: inflight.forget("model", model))
     clients.on_free(lambda client: inflight.forget("client", client))
+    otel = start_otel(settings, registry, poller.context_length)
+    traced = otel.observers if otel is not None else []
     truncation = TruncationObserver(registry, labels, poller)
     loads = LoadTracker(registry, labels, poller)
     poller.on_ps(loads.ps)
@@ -128,12 +139,16 @@ def make_app(
         loads,
         recorder,
         AccessLog(labels.label),
+        *traced,
     ]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS], app[LOADS] = poller, recorder, hooks, loads
     app[VOCABS] = _vocab_cache(app, settings)
 
     app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
+    if otel is not None:
+        app[OTEL] = otel
+        app.cleanup_ctx.append(_otel)
     app.router.add_get("/_tap/healthz", healthz)
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))

@@ -115,6 +115,18 @@ class Settings(BaseSettings):
     )
     tls_cert: Path | None = Field(None, description="PEM certificate to serve HTTPS.")
     tls_key: Path | None = Field(None, description="PEM private key for --tls-cert.")
+    # OpenTelemetry export (proxy/otel/, docs/opentelemetry.md): off unless an endpoint is set.
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP collector URL that turns span export on (else "
+        "OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT).",
+    )
+    otel_metrics: bool = Field(False, description="Also export the GenAI client metrics over OTLP.")
+    otel_propagate: bool = Field(
+        False,
+        description="Send the proxy's CLIENT span upstream as the request's traceparent "
+        "(with span export on; else the app's headers go up unchanged).",
+    )
     relay: Literal["aiohttp", "fast"] = Field(
         "fast",
         description="'fast': the proxy's own HTTP/1.1 transport (proxy/relay/http1; /_tap "

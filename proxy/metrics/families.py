@@ -273,6 +273,10 @@ DB_SIZE: Final = _gauge(
     "ollama_tap_db_size_bytes", (),
     "Size of the recordings database on disk (main file and write-ahead log).",
 )
+OTEL_SPANS_DROPPED: Final = _counter(
+    "ollama_tap_otel_spans_dropped_total", (),
+    "Spans the OpenTelemetry export lost: pushed out of a full queue, or their export failed.",
+)
 OBSERVER_ERRORS: Final = _counter(
     "ollama_tap_observer_errors_total", ("observer", "hook"),
     "Exceptions raised by an observer's hook (the hook was skipped, traffic unaffected).",

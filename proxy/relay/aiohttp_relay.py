@@ -144,7 +144,7 @@ class AiohttpRelay:
         self.transport = transport
         self.tap = transport.tap
         self.request = request
-        incoming = Incoming(
+        incoming = self.incoming = Incoming(
             request.method,
             request.rel_url,
             request.headers,
@@ -203,7 +203,7 @@ class AiohttpRelay:
         return await session.request(
             request.method,
             target.full(request.rel_url.raw_path_qs),
-            headers=upstream_headers(request.headers.items(), target.host),
+            headers=upstream_headers(target.headers_of(self.incoming), target.host),
             data=data,
             allow_redirects=False,
             timeout=self.transport.timeout,

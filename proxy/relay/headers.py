@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import email.utils
 import http
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from aiohttp import hdrs
 from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
+
+from proxy.relay.incoming import Incoming
+from proxy.relay.trace_context import as_sent, propagated
 
 Pairs = Iterable[tuple[str, str]]
 
@@ -53,8 +56,11 @@ class UpstreamTarget:
     """Where requests go: the upstream's origin, its Host value and Ollama's path prefix (if
     OLLAMA_HOST had one); only these change in a request's target."""
 
-    def __init__(self, url: URL) -> None:
+    def __init__(self, url: URL, propagate: bool = False) -> None:
         self.url = url
+        self.propagates = propagate
+        # Chosen once: without --otel-propagate the client's headers are read as they are.
+        self.headers_of: Callable[[Incoming], Pairs] = propagated if propagate else as_sent
         self.prefix = url.raw_path.rstrip("/")
         self.origin = str(url.with_path("", encoded=True)).rstrip("/")
         host = f"[{url.host}]" if url.host and ":" in url.host else str(url.host)

@@ -8,6 +8,8 @@ from typing import Protocol
 from multidict import CIMultiDictProxy
 from yarl import URL
 
+from proxy.relay.trace_ids import TraceIds
+
 
 class BodySource(Protocol):
     """A request body as it streams in (aiohttp's StreamReader, the HTTP/1 BodyStream)."""
@@ -42,3 +44,5 @@ class Incoming:
         """Monotonic time the request head arrived: where the exchange's clock starts."""
         self.content = content
         self.has_body = has_body
+        self.trace_ids: TraceIds | None = None
+        """The ids the upstream is told (`--otel-propagate`), once chosen."""

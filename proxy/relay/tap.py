@@ -8,6 +8,7 @@ fires the hooks, so every transport gives observers the same contract (proxy/hoo
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Final, Protocol, TypeVar
@@ -21,9 +22,12 @@ from proxy.config import Settings
 from proxy.credentials import redacted_path
 from proxy.exchange import Exchange, Outcome, OutputChunk
 from proxy.hooks import Hooks
+from proxy.otel.config import enabled as otel_enabled
 from proxy.relay.failures import INTERNAL_ERROR, ClientGone
 from proxy.relay.headers import UpstreamTarget
 from proxy.relay.incoming import BodySource, Incoming
+from proxy.relay.trace_context import METADATA_KEY as TRACE_IDS
+from proxy.relay.trace_context import ids_of
 
 log = structlog.get_logger("ollama_tap.relay")
 
@@ -59,7 +63,8 @@ class Tap:
     def __init__(self, settings: Settings, hooks: Hooks) -> None:
         self.settings = settings
         self.hooks = hooks
-        self.target = UpstreamTarget(settings.upstream_url)
+        propagate = settings.otel_propagate and otel_enabled(settings, os.environ)
+        self.target = UpstreamTarget(settings.upstream_url, propagate)
         self.shutting_down = False
         """Set when shutdown begins: an exchange cancelled from then on ends as `shutdown`."""
         self._in_flight: set[asyncio.Task[Any]] = set()
@@ -144,6 +149,8 @@ class Tapped:
             started=arrived,
             started_wall=time.time() - (time.monotonic() - arrived),
         )
+        if tap.target.propagates:
+            ex.metadata[TRACE_IDS] = ids_of(incoming)
         self.tee = ollama.tees_request_body(
             ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
         )

@@ -29,7 +29,8 @@ def test_shape() -> None:
     found = instructions()
     # Wheels built in a stage with a compiler (the compiled modules), installed in a slim one.
     assert found["FROM"] == ["python:3.11-slim AS build", "python:3.11-slim"]
-    assert any("pip wheel" in r and r.endswith(" '.[postgres]'") for r in found["RUN"])
+    # The package itself, with the postgres and OpenTelemetry extras.
+    assert any("pip wheel" in r and r.endswith(" '.[postgres,otel]'") for r in found["RUN"])
     user = found["USER"][-1]
     assert user.split(":")[0] not in {"0", "root"}
     assert found["EXPOSE"] == ["11435"]

@@ -32,7 +32,7 @@ def request_head(
     return upstream_head(
         request.method,
         target.path(request.rel_url.raw_path_qs),
-        request.headers.items(),
+        target.headers_of(request),
         target.host,
         body,
         streamed,

@@ -1,0 +1,143 @@
+"""Prompts and outputs as the GenAI conventions shape them, for the `full` privacy mode only.
+
+`gen_ai.input.messages`, `gen_ai.system_instructions` and `gen_ai.output.messages` are JSON
+strings of role and parts. Only roles and text (and tool-call arguments) are taken: no
+header, query or other body key reaches a span, so no credential can
+(proxy/credentials.py is about exactly those), and no image or blob either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import orjson
+
+from proxy.exchange import Exchange, OutputChunk, OutputKind
+from proxy.ollama.payloads import Pieces, reply_pieces
+from proxy.otel import semconv as sc
+from proxy.otel.spans import Attributes
+
+OUTPUT_CAP: Final = 256 * 1024
+"""Characters of output text kept per exchange; past it the text is cut (`…` marks it)."""
+NAME: Final = "otel_output"
+
+_PART_TYPES: Final = {
+    OutputKind.CONTENT: "text",
+    OutputKind.THINKING: "reasoning",
+    OutputKind.TOOL_CALL: "tool_call",
+}
+
+
+class _Kept:
+    """The output of one exchange so far (`ex.metadata["otel_output"]`)."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self) -> None:
+        self.pieces: Pieces = []
+        self.size = 0
+
+
+class OutputText:
+    """Keeps the output pieces' text of each exchange in `ex.metadata`, up to OUTPUT_CAP;
+    registered only in `full` mode, so the other modes do no per-read work at all."""
+
+    name = NAME
+
+    def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
+        kept: _Kept | None = ex.metadata.get(NAME)
+        if kept is None:
+            kept = ex.metadata[NAME] = _Kept()
+        if kept.size > OUTPUT_CAP:
+            return
+        for piece in pieces:
+            kept.pieces.append((piece.kind, piece.text))
+            kept.size += len(piece.text)
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}] if content else []
+    if not isinstance(content, list):
+        return []
+    parts: list[dict[str, Any]] = []
+    for item in content:
+        if isinstance(item, str):
+            parts.append({"type": "text", "content": item})
+        elif isinstance(item, dict):
+            text = item.get("text")
+            if isinstance(text, str):
+                parts.append({"type": "text", "content": text})
+            else:
+                parts.append({"type": str(item.get("type", "unknown"))})
+    return parts
+
+
+def _messages(items: Any) -> list[dict[str, Any]]:
+    if isinstance(items, str):
+        return [{"role": "user", "parts": _parts(items)}]
+    if not isinstance(items, list):
+        return []
+    out = []
+    for message in items:
+        if isinstance(message, dict):
+            role = message.get("role")
+            out.append(
+                {
+                    "role": role if isinstance(role, str) else "user",
+                    "parts": _parts(message.get("content")),
+                }
+            )
+        elif isinstance(message, str):
+            out.append({"role": "user", "parts": _parts(message)})
+    return out
+
+
+def input_attributes(body: dict[str, Any]) -> Attributes:
+    """The prompt of a request body of any family: `messages` (chat), `prompt` (generate,
+    completions), `input` (responses); `system` / `instructions` as system instructions."""
+    messages: list[dict[str, Any]] = []
+    for key in ("messages", "prompt", "input"):
+        if key in body:
+            messages = _messages(body[key])
+            break
+    attrs: Attributes = {}
+    if messages:
+        attrs[sc.INPUT_MESSAGES] = orjson.dumps(messages).decode()
+    for key in ("system", "instructions"):
+        if parts := _parts(body.get(key)):
+            attrs[sc.SYSTEM_INSTRUCTIONS] = orjson.dumps(parts).decode()
+            break
+    return attrs
+
+
+def _joined(pieces: Pieces) -> list[dict[str, Any]]:
+    """Pieces as parts: runs of one kind joined (a stream's tokens make one text part)."""
+    parts: list[dict[str, Any]] = []
+    for kind, text in pieces:
+        part_type = _PART_TYPES[kind]
+        if kind is OutputKind.TOOL_CALL:
+            parts.append({"type": part_type, "arguments": text})
+        elif parts and parts[-1]["type"] == part_type:
+            parts[-1]["content"] += text
+        else:
+            parts.append({"type": part_type, "content": text})
+    for part in parts:
+        if len(part.get("content", "")) > OUTPUT_CAP:
+            part["content"] = part["content"][:OUTPUT_CAP] + "…"
+    return parts
+
+
+def output_attributes(ex: Exchange) -> Attributes:
+    """The reply's output: the streamed pieces kept by OutputText, else the single reply's."""
+    kept: _Kept | None = ex.metadata.pop(NAME, None)
+    pieces = None if kept is None else kept.pieces
+    if pieces is None and ex.final is not None and not ex.streamed:
+        pieces = reply_pieces(ex.final)
+    if not pieces:
+        return {}
+    message: dict[str, Any] = {"role": "assistant", "parts": _joined(pieces)}
+    if ex.done_reason is not None:
+        message["finish_reason"] = ex.done_reason
+    return {sc.OUTPUT_MESSAGES: orjson.dumps([message]).decode()}

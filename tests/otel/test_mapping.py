@@ -1,0 +1,96 @@
+"""An exchange as attributes, without a proxy: error types, parameters, content shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind
+from proxy.otel import semconv as sc
+from proxy.otel.content import OUTPUT_CAP, OutputText, input_attributes, output_attributes
+from proxy.otel.spans import error_type, request_parameters, wall_ns
+from tests.support.exchanges import new_exchange
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status", "expected"),
+    [
+        (Outcome.OK, 200, None),
+        (Outcome.UPSTREAM_ERROR, 404, "404"),
+        (Outcome.UPSTREAM_UNREACHABLE, 502, "upstream_unreachable"),
+        (Outcome.CLIENT_DISCONNECTED, 200, "client_disconnected"),
+        (Outcome.STREAM_ERROR, 200, "stream_error"),
+        (None, None, None),
+    ],
+)
+def test_error_type(outcome: Outcome | None, status: int | None, expected: str | None) -> None:
+    assert error_type(new_exchange(outcome=outcome, status=status)) == expected
+
+
+def test_parameters_from_options_and_from_the_top_level() -> None:
+    native = {"temperature": 0, "top_p": 1, "top_k": 40, "seed": 7, "num_predict": 128}
+    assert request_parameters(native, None) == {
+        sc.TEMPERATURE: 0.0, sc.TOP_P: 1.0, sc.TOP_K: 40, sc.SEED: 7, sc.MAX_TOKENS: 128,
+    }  # fmt: skip
+    assert request_parameters(None, {"max_completion_tokens": 9, "temperature": "hot"}) == {
+        sc.MAX_TOKENS: 9
+    }
+    assert request_parameters({"temperature": True}, None) == {}  # a bool is no number
+
+
+def test_wall_times_follow_the_monotonic_offsets() -> None:
+    ex = Exchange("POST", "/api/chat", "", "/api/chat", "c", {}, started=100.0, started_wall=1e9)
+    assert wall_ns(ex, 100.0) == 1_000_000_000 * 1_000_000_000
+    assert wall_ns(ex, 100.25) - wall_ns(ex, 100.0) == 250_000_000
+
+
+def test_inputs_of_each_family() -> None:
+    generate = input_attributes({"prompt": "hi", "system": "be brief"})
+    assert json.loads(generate[sc.INPUT_MESSAGES]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "hi"}]}
+    ]
+    assert json.loads(generate[sc.SYSTEM_INSTRUCTIONS]) == [{"type": "text", "content": "be brief"}]
+    openai = input_attributes(
+        {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        ]}]}
+    )  # fmt: skip
+    parts = json.loads(openai[sc.INPUT_MESSAGES])[0]["parts"]
+    assert parts == [{"type": "text", "content": "what is this"}, {"type": "image_url"}]
+    assert "AAAA" not in openai[sc.INPUT_MESSAGES]
+    responses = input_attributes({"input": "hello", "instructions": "terse"})
+    assert json.loads(responses[sc.INPUT_MESSAGES])[0]["parts"][0]["content"] == "hello"
+    assert sc.SYSTEM_INSTRUCTIONS in responses
+    assert input_attributes({"model": "x"}) == {}
+
+
+def test_output_joins_runs_and_stops_keeping_past_the_cap() -> None:
+    ex = new_exchange("/api/chat", streamed=True, done_reason="stop")
+    keep = OutputText()
+    keep.chunks(ex, [OutputChunk(0, OutputKind.THINKING, "hm", 1)])
+    keep.chunks(ex, [OutputChunk(0, OutputKind.CONTENT, t, 1) for t in ("a", "b")])
+    keep.chunks(ex, [OutputChunk(0, OutputKind.TOOL_CALL, '{"f":1}', 1)])
+    [message] = json.loads(output_attributes(ex)[sc.OUTPUT_MESSAGES])
+    assert message == {
+        "role": "assistant",
+        "finish_reason": "stop",
+        "parts": [
+            {"type": "reasoning", "content": "hm"},
+            {"type": "text", "content": "ab"},
+            {"type": "tool_call", "arguments": '{"f":1}'},
+        ],
+    }
+    big = new_exchange("/api/chat", streamed=True)
+    for _ in range(3):
+        keep.chunks(big, [OutputChunk(0, OutputKind.CONTENT, "x" * OUTPUT_CAP, 1)])
+    [message] = json.loads(output_attributes(big)[sc.OUTPUT_MESSAGES])
+    assert message["parts"][0]["content"] == "x" * OUTPUT_CAP + "…"
+
+
+def test_a_single_reply_output_comes_from_its_final_object() -> None:
+    ex = new_exchange("/api/generate", final={"response": "blue", "done": True})
+    [message] = json.loads(output_attributes(ex)[sc.OUTPUT_MESSAGES])
+    assert message["parts"] == [{"type": "text", "content": "blue"}]
+    assert output_attributes(new_exchange("/api/generate")) == {}
