@@ -32,6 +32,8 @@ MODULES: Final = [
     "proxy/relay/tap.py",
     "proxy/relay/incoming.py",
     "proxy/relay/headers.py",
+    "proxy/relay/trace_ids.py",
+    "proxy/relay/trace_context.py",
     "proxy/relay/aiohttp_relay.py",
     "proxy/relay/retry.py",
     "proxy/relay/http1/flow.py",
