@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import http
+import os
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -13,6 +14,8 @@ from aiohttp.http import SERVER_SOFTWARE
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from proxy.config import Settings
+from proxy.otel.config import enabled as otel_enabled
 from proxy.relay.incoming import Incoming
 from proxy.relay.trace_context import as_sent, propagated
 
@@ -75,6 +78,13 @@ class UpstreamTarget:
     def full(self, raw_path_qs: str) -> URL:
         """The same target as a URL, for aiohttp's client (yarl keeps an encoded path as is)."""
         return URL(self.origin + self.path(raw_path_qs), encoded=True)
+
+
+def target_of(settings: Settings) -> UpstreamTarget:
+    """The upstream of `settings`; the span's traceparent is sent up only with
+    --otel-propagate while spans are exported at all."""
+    propagate = settings.otel_propagate and otel_enabled(settings, os.environ)
+    return UpstreamTarget(settings.upstream_url, propagate)
 
 
 def kept_headers(headers: Pairs, fixed: frozenset[str]) -> list[tuple[str, str]]:

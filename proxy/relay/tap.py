@@ -8,7 +8,6 @@ fires the hooks, so every transport gives observers the same contract (proxy/hoo
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Final, Protocol, TypeVar
@@ -22,12 +21,10 @@ from proxy.config import Settings
 from proxy.credentials import redacted_path
 from proxy.exchange import Exchange, Outcome, OutputChunk
 from proxy.hooks import Hooks
-from proxy.otel.config import enabled as otel_enabled
+from proxy.relay import trace_context
 from proxy.relay.failures import INTERNAL_ERROR, ClientGone
-from proxy.relay.headers import UpstreamTarget
+from proxy.relay.headers import target_of
 from proxy.relay.incoming import BodySource, Incoming
-from proxy.relay.trace_context import METADATA_KEY as TRACE_IDS
-from proxy.relay.trace_context import ids_of
 
 log = structlog.get_logger("ollama_tap.relay")
 
@@ -46,9 +43,8 @@ class Relay(Protocol[R]):
 
     async def run(self) -> R: ...
 
-    def reply_started(self) -> bool:
-        """Whether the client has been sent a response head (an error can only cut it)."""
-        ...
+    # Whether the client has been sent a response head (an error can only cut it).
+    def reply_started(self) -> bool: ...
 
     def abort_client(self) -> None: ...
 
@@ -63,8 +59,7 @@ class Tap:
     def __init__(self, settings: Settings, hooks: Hooks) -> None:
         self.settings = settings
         self.hooks = hooks
-        propagate = settings.otel_propagate and otel_enabled(settings, os.environ)
-        self.target = UpstreamTarget(settings.upstream_url, propagate)
+        self.target = target_of(settings)
         self.shutting_down = False
         """Set when shutdown begins: an exchange cancelled from then on ends as `shutdown`."""
         self._in_flight: set[asyncio.Task[Any]] = set()
@@ -89,11 +84,8 @@ class Tap:
         except asyncio.CancelledError:
             # The client left (aiohttp and the HTTP/1 front cancel its task) or the proxy
             # is stopping.
-            relay.finish(
-                *relay.tapped.left(
-                    Outcome.SHUTDOWN if self.shutting_down else Outcome.CLIENT_DISCONNECTED
-                )
-            )
+            gone = Outcome.SHUTDOWN if self.shutting_down else Outcome.CLIENT_DISCONNECTED
+            relay.finish(*relay.tapped.left(gone))
             raise
         except ClientGone as exc:
             # The request broke off on the client's side (it left, or its body's framing
@@ -150,7 +142,7 @@ class Tapped:
             started_wall=time.time() - (time.monotonic() - arrived),
         )
         if tap.target.propagates:
-            ex.metadata[TRACE_IDS] = ids_of(incoming)
+            ex.metadata[trace_context.METADATA_KEY] = trace_context.ids_of(incoming)
         self.tee = ollama.tees_request_body(
             ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
         )
