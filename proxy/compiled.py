@@ -12,6 +12,7 @@ from typing import Final
 
 MODULES: Final = [
     "proxy/exchange.py",
+    "proxy/rawreply.py",
     "proxy/framing.py",
     "proxy/ollama/routes.py",
     "proxy/ollama/errors.py",

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.rawreply import RawReply
+
 
 class Outcome(enum.StrEnum):
     """How an exchange ended; one enum for the Exchange, the recorder and the metrics."""
@@ -247,6 +249,9 @@ class Exchange:
     """Ollama's error text (error body or error line), or the proxy's own."""
     retried: Retry | None
     """Why the request was sent again, once, on a fresh connection; None when sent once."""
+    raw_reply: RawReply | None
+    """Where the relay keeps the reply body's bytes as relayed, when an observer asked for
+    them at the `request` hook (the recorder in full mode); None otherwise or once dropped."""
 
     outcome: Outcome | None
     ended: float | None
@@ -291,6 +296,7 @@ class Exchange:
         self.final = None
         self.error_message = None
         self.retried = None
+        self.raw_reply = None
         self.outcome = None
         self.ended = None
         self.metadata = {}

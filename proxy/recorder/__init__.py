@@ -13,6 +13,7 @@ from proxy.config import RecordMode, Settings
 from proxy.exchange import Exchange, OutputChunk
 from proxy.metrics.registered import RecorderMetrics
 from proxy.names import recordable
+from proxy.rawreply import RawReply
 from proxy.recorder.record import Origin
 from proxy.recorder.retention import Retention
 from proxy.recorder.scope import Capture, Scope, scope_of
@@ -48,6 +49,7 @@ class Recorder:
     ) -> None:
         self.mode = settings.record_mode
         self.record_routes = settings.record_routes
+        self.raw_limit = settings.reply_tee_limit
         self.digest_of = digest_of
         """The model's current digest by canonical name (the upstream poller's knowledge)."""
         self.spelling = spelling
@@ -86,6 +88,9 @@ class Recorder:
             keep_text = self.mode is RecordMode.FULL
             timeline = Timeline(keep_text=keep_text) if scope is Scope.FULL else None
             cap = Capture(scope, None, None, timeline)
+            if timeline is not None and keep_text and not ex.response_bytes:
+                # The reply's bytes as relayed, for `replay serve`; only from its first byte.
+                cap.raw = ex.raw_reply = RawReply(self.raw_limit)
             self._name(ex, cap)
         ex.metadata[_KEY] = cap
         return cap

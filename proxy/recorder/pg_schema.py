@@ -19,8 +19,8 @@ _DOUBLE: Final = "DOUBLE PRECISION"
 # A shipped entry is never edited: a change is a new entry. The numbering is this store's
 # own (SQLite's reached the same columns in more steps).
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    # v1: the columns of SQLite's records table, the heavy parts (doc, timeline) last, and
-    # the same indexes: every filter is an index walked newest first.
+    # v1: the columns of SQLite's records table, the heavy parts (doc, timeline, reply_raw)
+    # last, and the same indexes: every filter is an index walked newest first.
     (
         f"""CREATE TABLE records (
             seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -54,7 +54,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             upstream TEXT,
             nbytes BIGINT NOT NULL DEFAULT 0,
             doc BYTEA,
-            timeline BYTEA
+            timeline BYTEA,
+            reply_raw BYTEA
         )""",
         "CREATE INDEX records_started ON records(started)",
         "CREATE INDEX records_model ON records(model, seq)",

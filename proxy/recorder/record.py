@@ -9,11 +9,13 @@ output, context or a timeline):
 
 - ``full``: every column, allow-listed request and response headers, the request body
   (media as placeholders), the reply or final object (vectors as placeholders, ``context``
-  moved out), ``context`` ids, the timeline with its text, numeric options, media hashes.
+  moved out), ``context`` ids, the timeline with its text, numeric options, media hashes,
+  and the reply body's bytes as relayed with each read's offset (``reply_raw``, up to
+  ``--reply-tee-limit``; the document says when it was larger and none is kept).
 - ``metadata``: an allow-list only — no query string and no client address (either
   may identify a person; the bounded client name is kept), no headers, no text of any
   kind, no context ids (their count is the ``context_len`` column), timeline offsets,
-  kinds and wire sizes without text.
+  kinds and wire sizes without text, never the reply's bytes.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from proxy.config import RecordMode
 from proxy.credentials import redacted_query
 from proxy.exchange import Exchange
 from proxy.measures import timings
+from proxy.rawreply import summary
 from proxy.recorder.redact import BODY_CAP, allowed_headers, capped, scrub
 from proxy.recorder.scope import Capture, Scope
 from proxy.truncation.observer import verdict_of
@@ -42,6 +45,7 @@ COLUMNS: Final = (
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
     "truncation", "load_event", "client_name", "instance", "upstream", "nbytes", "doc", "timeline",
+    "reply_raw",
 )  # fmt: skip
 VALUES: Final = operator.itemgetter(*COLUMNS)
 """A row's values in COLUMNS order: binding them by position spares the driver a dict lookup
@@ -115,6 +119,8 @@ def _doc(ex: Exchange, cap: Capture, full: bool, context: list[int] | None) -> d
     if full:
         doc["request"]["body"] = _request_body(ex, scrubbed)
         doc["response"]["body"] = _reply(ex)
+        if cap.raw is not None:
+            doc["response"]["raw"] = summary(cap.raw)
         doc["context"] = context
     return doc
 
@@ -146,6 +152,8 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode, origin: Origin) -> dict
     context = _context(ex)
     doc = orjson.dumps(_doc(ex, cap, full, context))
     timeline = cap.timeline.pack() if cap.timeline is not None and len(cap.timeline) else None
+    raw = cap.raw
+    reply_raw = raw.pack(ex.started) if full and raw is not None and not raw.dropped else None
     return {
         "id": ex.id,
         "started": ex.started_wall,
@@ -177,7 +185,8 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode, origin: Origin) -> dict
         "client_name": ex.client_name or None,
         "instance": origin.instance,
         "upstream": origin.upstream,
-        "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b""),
+        "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b"") + len(reply_raw or b""),
         "doc": doc,
         "timeline": timeline,
+        "reply_raw": reply_raw,
     }

@@ -77,6 +77,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE records ADD COLUMN upstream TEXT",
         "CREATE INDEX records_instance ON records(instance, seq)",
     ),
+    # v8: the reply body's bytes as relayed with each read's offset (proxy/rawreply.py),
+    # full mode only, NULL otherwise: what `replay serve` sends back unchanged.
+    ("ALTER TABLE records ADD COLUMN reply_raw BLOB",),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from proxy.exchange import Exchange
 from proxy.ollama import routes
+from proxy.rawreply import RawReply
 from proxy.recorder.timeline import Timeline
 
 
@@ -46,9 +47,12 @@ class Capture:
     """The model's digest when the request arrived."""
     timeline: Timeline | None
     """Built by the chunk hook for inference exchanges."""
+    raw: RawReply | None
+    """The reply's bytes as relayed (full mode, from the request hook on), else None."""
 
     def __init__(
         self, scope: Scope, model: str | None, digest: str | None, timeline: Timeline | None
     ) -> None:
         # Written out: one is made per request (docs/architecture.md, mypyc).
         self.scope, self.model, self.digest, self.timeline = scope, model, digest, timeline
+        self.raw = None

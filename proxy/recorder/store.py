@@ -17,13 +17,15 @@ from typing import Any, Final
 import orjson
 
 from proxy.names import canonical_model
+from proxy.rawreply import unpack as unpack_raw
 from proxy.recorder.backend import Row, Source
 from proxy.recorder.output import from_reply, from_timeline
 from proxy.recorder.record import COLUMNS
 from proxy.recorder.stores import source_for
 from proxy.recorder.timeline import unpack
 
-SUMMARY: Final = ("seq", *(c for c in COLUMNS if c not in {"nbytes", "doc", "timeline"}))
+_HEAVY: Final = frozenset({"nbytes", "doc", "timeline", "reply_raw"})
+SUMMARY: Final = ("seq", *(c for c in COLUMNS if c not in _HEAVY))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +121,13 @@ class Store:
     def get(self, record_id: str) -> dict[str, Any] | None:
         rows = self.source.rows("SELECT * FROM records WHERE id = ?", [record_id])
         return full(rows[0]) if rows else None
+
+    def reply_reads(self, record_id: str) -> list[tuple[float, bytes]] | None:
+        """The reply's bytes as relayed, read by read with each read's offset (full mode,
+        within --reply-tee-limit), or None: kept out of `get`, which the API and exports use."""
+        rows = self.source.rows("SELECT reply_raw FROM records WHERE id = ?", [record_id])
+        blob = rows[0]["reply_raw"] if rows else None
+        return unpack_raw(bytes(blob)) if blob else None
 
     def ids_like(self, pattern: str, limit: int = 5) -> list[str]:
         """Up to `limit` ids matching a LIKE pattern (what a short id stands for), newest first."""

@@ -282,9 +282,11 @@ class Writer:
 
 
 def _weight(ex: Exchange, cap: Capture) -> int:
-    """Bytes an exchange holds until written: its teed body, the text of its timeline, and
-    for a single JSON reply kept parsed on `ex.final`, about its wire size (O(1): no
-    walking of parsed objects)."""
+    """Bytes an exchange holds until written: its teed body, the text of its timeline, the
+    raw reply, and for a single JSON reply kept parsed on `ex.final`, about its wire size
+    (O(1): no walking of parsed objects)."""
     body = len(ex.request_body) if ex.request_body is not None else 0
     text = len(cap.timeline.text) if cap.timeline is not None else 0
-    return body + text + (ex.response_bytes if ex.final is not None and not ex.streamed else 0)
+    raw = len(cap.raw.body) if cap.raw is not None else 0
+    parsed = ex.response_bytes if ex.final is not None and not ex.streamed else 0
+    return body + text + raw + parsed

@@ -253,6 +253,9 @@ class Tapped:
         """Bytes written to the client at `at`: count them and let the reader see them."""
         self.ex.response_bytes += len(data)
         self.last_write = at
+        raw = self.ex.raw_reply  # kept for the recorder in full mode, else None
+        if raw is not None and not raw.add(data, at):
+            self.ex.raw_reply = None  # over its limit: the rest of the reply costs nothing
         reader = self.reader
         if reader is not None:
             self.outputs(reader.feed(data, at))
@@ -265,11 +268,10 @@ class Tapped:
             self.outputs(self.reader.close(at))
 
     def outputs(self, pieces: list[OutputChunk]) -> None:
-        if not pieces:
-            return
-        self.ex.note_outputs(pieces)
-        if self.hooks.wants_chunks:
-            self.hooks.chunks(self.ex, pieces)
+        if pieces:
+            self.ex.note_outputs(pieces)
+            if self.hooks.wants_chunks:
+                self.hooks.chunks(self.ex, pieces)
 
     def outcome(self) -> Outcome:
         """How the reply that was relayed to its end ended."""
@@ -304,8 +306,7 @@ class Tapped:
         the Exchange records it. The transport sends it, then ends the exchange."""
         self.fire_request()
         ex = self.ex
-        ex.status = status
-        ex.error_message = message
+        ex.status, ex.error_message = status, message
         body = ollama.error_body(ollama.family_of(ex.endpoint), status, message)
         ex.response_bytes = len(body)
         log.warning("upstream_failed", id=ex.id, path=ex.path, status=status, error=message)
@@ -353,9 +354,8 @@ class Tapped:
         if self.tee_buf is not None and self.request_fired:
             self.parse_body()  # the rest of an early-answered upload came since
         self.fire_request()
-        ex = self.ex
-        ex.outcome, ex.ended = self.settled
-        self.hooks.end(ex)
+        self.ex.outcome, self.ex.ended = self.settled
+        self.hooks.end(self.ex)
 
 
 class TeedBody:

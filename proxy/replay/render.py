@@ -1,10 +1,12 @@
 """A record back into wire bytes: status, headers and the timed pieces of its body.
 
-The recorder keeps the final object (or the single reply) and each output piece's text,
-kind and offset, not the stream's lines: native and OpenAI chat streams are rebuilt in
+In full mode the recorder keeps the reply body's bytes as relayed, read by read with each
+read's offset (proxy/rawreply.py): those are sent back unchanged. A record without them
+(larger than --reply-tee-limit, or older) is rebuilt from the final object (or the single
+reply) and each output piece's text, kind and offset: native and OpenAI chat streams in
 Ollama's own shapes, each line at its recorded offset. What differs from the original wire
-is only what was never stored — a streamed line's `created_at` (put at its offset before
-the final one's) and an OpenAI stream's `id`.
+then is only what was never stored — a streamed line's `created_at` (put at its offset
+before the final one's) and an OpenAI stream's `id` and `created`.
 """
 
 from __future__ import annotations
@@ -44,27 +46,34 @@ class Reply:
     pieces: list[Piece]
 
 
-def render(record: dict[str, Any]) -> Reply:
-    """The reply `record` was, or Unreplayable."""
+def render(record: dict[str, Any], reads: list[tuple[float, bytes]] | None = None) -> Reply:
+    """The reply `record` was, or Unreplayable: its bytes as relayed when the recorder kept
+    them (`reads`, Store.reply_reads), else rebuilt from what it keeps of them."""
     rid, endpoint = record["id"], record["endpoint"]
     if record.get("mode") != "full":
         raise Unreplayable(
             f"record {rid} was recorded in {record.get('mode')} mode and keeps no bodies; "
             "record with --record full to replay it"
         )
+    headers = {
+        k: v for k, v in ((record.get("response") or {}).get("headers") or {}).items()
+        if k.lower() not in _DROPPED
+    }  # fmt: skip
+    status = record["status"] or 502
+    if record["streamed"]:
+        family = ollama.family_of(endpoint)
+        headers.setdefault("Content-Type", _STREAM_TYPES.get(family, "text/event-stream"))
+    if reads is not None:
+        return Reply(status, headers, bool(record["streamed"]), [Piece(*r) for r in reads])
     body = (record.get("response") or {}).get("body") or {}
     final = body.get("json")
     if body.get("truncated"):
         raise Unreplayable(f"record {rid}'s reply was above the recorder's 1 MiB cap")
     if b'"$omitted":"vector"' in orjson.dumps(final):
         raise Unreplayable(
-            f"record {rid} is an embedding whose vectors the recorder keeps only as hashes"
+            f"record {rid} is an embedding whose vectors the recorder keeps only as hashes "
+            "(and its reply's bytes were not kept: see `response.raw`)"
         )
-    headers = {
-        k: v for k, v in (record["response"].get("headers") or {}).items()
-        if k.lower() not in _DROPPED
-    }  # fmt: skip
-    status = record["status"] or 502
     if not record["streamed"]:
         if final is None:
             raise Unreplayable(f"record {rid} has no stored reply (outcome {record['outcome']})")
@@ -73,8 +82,6 @@ def render(record: dict[str, Any]) -> Reply:
         if record.get("response_bytes") == len(data) + 1:
             data += b"\n"  # json.Encoder's newline (Ollama's /v1 replies), gin's c.JSON has none
         return Reply(status, headers, False, [Piece(at, data)])
-    family = ollama.family_of(endpoint)
-    headers.setdefault("Content-Type", _STREAM_TYPES.get(family, "text/event-stream"))
     timeline = record.get("timeline") or {"offsets": [], "texts": [], "kinds": [], "bytes": []}
     if timeline["texts"] is None or timeline["text_truncated"]:
         raise Unreplayable(f"record {rid}'s timeline does not keep the whole text")

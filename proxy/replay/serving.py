@@ -69,14 +69,26 @@ class Replayer:
         rid = library.pick(want)
         if rid is None:
             return self._refuse(request, endpoint, library.miss(want))
-        record = await asyncio.to_thread(self.store.get, rid)
         try:
-            if record is None:
-                raise Unreplayable(f"record {rid} is no longer in the database")
-            reply = render(record)
+            reply = await asyncio.to_thread(self._reply, rid)
         except Unreplayable as exc:
             return self._refuse(request, endpoint, str(exc))
         return await self._send(request, reply, lambda at: self._wait(start, at, clock))
+
+    def _reply(self, rid: str) -> Reply:
+        """The recorded reply (blocking: two reads of the database)."""
+        record = self.store.get(rid)
+        if record is None:
+            raise Unreplayable(f"record {rid} is no longer in the database")
+        reads = self.store.reply_reads(rid) if record.get("mode") == "full" else None
+        if reads is None and record.get("mode") == "full":
+            raw = (record.get("response") or {}).get("raw") or {}
+            log.info(
+                "replay_rebuilt",
+                id=rid,
+                reason=raw.get("reason") or "recorded without the reply's bytes",
+            )
+        return render(record, reads)
 
     async def _wait(self, start: float, at: float, clock: Callable[[], float]) -> None:
         if self.pacing.paced:
@@ -91,12 +103,15 @@ class Replayer:
         return web.Response(status=404, body=body, headers={"Content-Type": _JSON})
 
     async def _send(self, request: web.Request, reply: Reply, wait: Waiter) -> web.StreamResponse:
-        if not reply.streamed:
+        if not reply.streamed and len(reply.pieces) == 1:
             [piece] = reply.pieces
             await wait(piece.at)
             headers = {"Content-Type": _JSON, **reply.headers}
             return web.Response(status=reply.status, body=piece.data, headers=headers)
         response = web.StreamResponse(status=reply.status, headers=reply.headers)
+        if not reply.streamed:  # a single reply relayed in several reads: framed as one
+            response.headers.setdefault("Content-Type", _JSON)
+            response.content_length = sum(len(piece.data) for piece in reply.pieces)
         try:
             for piece in reply.pieces:
                 await wait(piece.at)

@@ -149,15 +149,6 @@ async def test_metadata_records_are_refused(
     assert "metadata mode" in body["error"] and "--record full" in body["error"]
 
 
-async def test_embeddings_are_refused_for_their_missing_vectors(
-    proxy: Proxy, replay_of: StartReplay
-) -> None:
-    await ollama.AsyncClient(host=proxy.url).embed("all-minilm", "a")
-    replay = await replay_of(proxy, 1, paced=False)
-    status, body = await _post(f"{replay.url}/api/embed", {"model": "all-minilm", "input": "a"})
-    assert status == 404 and "vectors" in body["error"]
-
-
 async def test_a_foreign_host_is_refused_on_loopback(proxy: Proxy, replay_of: StartReplay) -> None:
     await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
     replay = await replay_of(proxy, 1, paced=False)
