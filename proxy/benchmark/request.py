@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -78,14 +79,19 @@ async def send(session: aiohttp.ClientSession, target: Target, prompt: str) -> S
         request=RequestFields(model=target.model, stream=True, parsed=True),
         started=time.perf_counter(),
     )
+    return _sample(ex, await settled(ex, _stream(session, target, prompt, ex)))
+
+
+async def settled(ex: Exchange, sending: Awaitable[Outcome]) -> Outcome:
+    """The outcome of a request sent as a client, `ex.ended` set: a failure of the connection
+    is an outcome too (no status yet: never answered; after it: the stream broke)."""
     try:
-        outcome = await _stream(session, target, prompt, ex)
+        outcome = await sending
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        # No status yet means the request never got an answer; after it, the stream broke.
         outcome = Outcome.UPSTREAM_UNREACHABLE if ex.status is None else Outcome.INCOMPLETE
         ex.error_message = str(exc) or type(exc).__name__
     ex.ended = ex.ended or time.perf_counter()
-    return _sample(ex, outcome)
+    return outcome
 
 
 async def _stream(

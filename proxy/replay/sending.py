@@ -18,7 +18,7 @@ import orjson
 from yarl import URL
 
 from proxy import ollama
-from proxy.benchmark.request import REPLY_LIMIT, verdict
+from proxy.benchmark.request import REPLY_LIMIT, settled, verdict
 from proxy.exchange import Exchange, Outcome, RequestFields, Usage
 from proxy.measures import timings
 
@@ -106,12 +106,7 @@ async def resend(session: aiohttp.ClientSession, to: URL, record: dict[str, Any]
         ),
         started=time.perf_counter(),
     )
-    try:
-        outcome = await _exchange(session, to, ex, data)
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        outcome = Outcome.UPSTREAM_UNREACHABLE if ex.status is None else Outcome.INCOMPLETE
-        ex.error_message = str(exc) or type(exc).__name__
-    ex.ended = ex.ended or time.perf_counter()
+    outcome = await settled(ex, _exchange(session, to, ex, data))
     t = timings(ex)
     return {
         **figures(ex.usage, t["ttft"], t["ttfc"], t["duration"]),
