@@ -95,13 +95,17 @@ def _healthy(url: str) -> bool:
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """One llama-server for the session: 2 threads, one slot, greedy-friendly (no prompt
-    cache, so a repeated request is computed the same way as the first), `--metrics` on."""
+    cache, so a repeated request is computed the same way as the first), `--metrics` on.
+    `--no-repack`: on a CPU with AMX (Xeon Sapphire Rapids and later) the native build
+    repacks the weights for ggml's AMX kernels, and llama.cpp 11434's AMX matmul crashed
+    (SIGSEGV in ggml_backend_amx_mul_mat) at the first decode; the plain CPU kernels serve."""
     server, gguf = _paths()
     port = free_port()
     log = tmp_path_factory.mktemp("engine") / "llama-server.log"
     command = [
         str(server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", str(CTX),
         "-t", "2", "-tb", "2", "-np", "1", "--metrics", "--no-cache-prompt", "--no-webui",
+        "--no-repack",
     ]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
