@@ -89,6 +89,24 @@ def test_make_run_falls_back_to_the_interpreted_build(clone: Path) -> None:
 
 
 @pytest.mark.slow
+def test_make_run_compiles_the_fast_path_without_the_extras(clone: Path) -> None:
+    """`make run` installs no extra (no opentelemetry, no psycopg): the compiled build must
+    not need them to type the modules it imports."""
+    proc = make(clone, "run", f"PYTHON={sys.executable}", "ARGS=--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "compiling the fast path" in proc.stdout
+    assert "interpreted build" not in proc.stdout, (clone / ".venv/compile.log").read_text()
+    assert list((clone / "proxy" / "relay").glob("tap.*.so"))
+    assert "Listen for Ollama clients" in proc.stdout
+    python = clone / ".venv" / "bin" / "python"
+    for extra in ("opentelemetry.sdk", "psycopg"):
+        found = subprocess.run(
+            [str(python), "-c", f"import {extra}"], capture_output=True, check=False
+        )
+        assert found.returncode != 0, f"{extra} is installed: the test proves nothing"
+
+
+@pytest.mark.slow
 def test_pipx_install_of_the_clone_puts_a_working_command_on_path(
     clone: Path, tmp_path: Path
 ) -> None:
