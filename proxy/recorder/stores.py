@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 from proxy.config import ConfigError
 from proxy.metrics.registered import RecorderMetrics
@@ -11,33 +11,31 @@ from proxy.recorder.backend import Sink, Source
 from proxy.recorder.sqlite_sink import SqliteSink
 from proxy.recorder.sqlite_source import SqliteSource
 
-# psycopg is an extra: without it only a postgresql:// --db is refused. Imported here, at
-# start-up, rather than when the first store is made, which may be on the event loop.
-try:
-    from proxy.recorder import pg_sink, pg_source
-except ImportError as exc:  # pragma: no cover - the test extra installs it
-    _MISSING: str | None = str(exc)
-else:
-    _MISSING = None
 
-
-def _postgres() -> Any:
-    if _MISSING is not None:
+def _postgres() -> tuple[ModuleType, ModuleType]:
+    """The PostgreSQL modules, imported for a postgresql:// --db only: psycopg is an extra,
+    and importing it costs a tenth of a second of every start-up. The stores are made while
+    the app is built, before it serves, so this import never stalls a serving event loop."""
+    try:
+        from proxy.recorder import pg_sink, pg_source
+    except ImportError as exc:
         raise ConfigError(
-            f"a postgresql:// --db needs psycopg ({_MISSING}); install ollama-tap[postgres]."
-        )
+            f"a postgresql:// --db needs psycopg ({exc}); install ollama-tap[postgres]."
+        ) from None
     return pg_sink, pg_source
 
 
 def sink_for(location: Path | str, metrics: RecorderMetrics) -> Sink:
     if isinstance(location, Path):
         return SqliteSink(location, metrics)
-    sink: Sink = _postgres()[0].PostgresSink(location)
+    pg_sink, _ = _postgres()
+    sink: Sink = pg_sink.PostgresSink(location)
     return sink
 
 
 def source_for(location: Path | str) -> Source:
     if isinstance(location, Path):
         return SqliteSource(location)
-    source: Source = _postgres()[1].PostgresSource(location)
+    _, pg_source = _postgres()
+    source: Source = pg_source.PostgresSource(location)
     return source
