@@ -18,10 +18,8 @@ from typing import Any, Final
 import orjson
 
 from proxy.ollama.payloads import count_or_none
+from proxy.ollama.version import LLAMA_SERVER, Version
 
-V0_30: Final = (0, 30, 0)
-"""First release with llama-server runners: `shift` and `draft_num_predict` reload, and
-`num_ctx`/`num_batch` left "auto" on both sides never do (§7.2 vs `v0.24.0:sched.go:671-709`)."""
 INT_FIELDS: Final = ("num_batch", "num_gpu", "main_gpu", "num_thread", "draft_num_predict")
 NEEDS_RELOAD: Final = ("num_ctx", *INT_FIELDS, "use_mmap", "shift")
 """Every field a change of which reloads the runner, in the order a diff lists them."""
@@ -30,12 +28,6 @@ NO_SHIFT_FAMILIES: Final = frozenset({"deepseek2"})
 """`supportsContextShift` is false for these (`sched.go:129-147`)."""
 _ZERO_DURATION: Final = re.compile(r"[+-]?(?:0+(?:\.0*)?(?:ns|us|µs|μs|ms|s|m|h)?)+")
 _SHIFT: Final = b'"shift"'
-
-
-def version_tuple(version: str | None) -> tuple[int, ...] | None:
-    """`0.33.0-rc2` → (0, 33, 0); None when unknown or unreadable."""
-    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version or "")
-    return tuple(int(g) for g in match.groups()) if match else None
 
 
 def is_zero_keep_alive(value: Any) -> bool:
@@ -73,7 +65,7 @@ def runner_options(
     options: dict[str, Any] | None,
     shift: bool | None,
     facts: ModelFacts,
-    version: tuple[int, ...] | None,
+    version: Version | None,
 ) -> dict[str, Any]:
     """The `needsReload` fields a request's runner would be loaded with; unset ones absent."""
     opts = options or {}
@@ -82,7 +74,7 @@ def runner_options(
     if num_ctx:
         num_ctx = max(num_ctx, 2048 if facts.vision else 4)
         out["num_ctx"] = min(num_ctx, facts.train_ctx) if facts.train_ctx else num_ctx
-    modern = version is None or version >= V0_30
+    modern = version is None or version >= LLAMA_SERVER
     for field in INT_FIELDS:
         value = opts.get(field)
         if not isinstance(value, int | float) or isinstance(value, bool):

@@ -118,5 +118,7 @@ def why_gone(
 
 
 def matches(texts: tuple[str, ...], message: str | None) -> bool:
-    low = (message or "").lower()
+    if not message:
+        return False
+    low = message.lower()
     return any(t in low for t in texts)

@@ -20,7 +20,6 @@ from proxy.loads.options import (
     reload_changes,
     runner_options,
     shift_field,
-    version_tuple,
 )
 from proxy.loads.state import (
     DIED_TEXTS,
@@ -36,6 +35,7 @@ from proxy.measures import COLD_START_NS
 from proxy.names import ModelLabels, model_key, valid_key
 from proxy.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 from proxy.ollama.state import LoadedModel
+from proxy.ollama.version import parse_version
 
 NAME: Final = "loads"
 RECORD_KEY: Final = "load_event"
@@ -105,7 +105,7 @@ class LoadTracker:
             ex.request.options,
             shift_field(ex.request_body),
             ModelFacts(family, train),
-            version_tuple(self.upstream.version),
+            parse_version(self.upstream.version),
         )
         now = time.time()
         if runner.resident and runner.expired_idle(now):

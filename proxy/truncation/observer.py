@@ -14,7 +14,8 @@ from proxy.measures import cold_start, request_num_ctx
 from proxy.metrics.families import TRUNCATIONS
 from proxy.metrics.registered import Children, counter
 from proxy.names import ModelLabels
-from proxy.truncation.rules import Runtime, Verdict, judge, parse_version
+from proxy.ollama.version import parse_version
+from proxy.truncation.rules import Runtime, Verdict, judge
 
 NAME: Final = "truncation"
 """The observer's name, and its key in `ex.metadata` (the verdict, when there is one)."""

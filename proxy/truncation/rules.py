@@ -18,13 +18,12 @@ import orjson
 
 from proxy.exchange import Exchange, Usage
 from proxy.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
+from proxy.ollama.version import LLAMA_SERVER, Version
 
 DEFAULT_NUM_KEEP: Final = 4
 """Ollama's `num_keep` default (api/types.go); a Modelfile may set another, unseen here."""
 SHIFT_HEADROOM: Final = (0, 30, 11)
 """The first version that truncates to L(C,k) ≈ C/2 (llama_server.go, #16856)."""
-LLAMA_SERVER: Final = (0, 30, 0)
-"""The first version on llama-server, which truncates to C−1; the Go runners before kept C."""
 LENGTH_REASONS: Final = frozenset({"length", "max_tokens", "max_output_tokens", "incomplete"})
 """done_reason (or finish/stop reason) values of an output cut at a token limit."""
 OPEN_ENDED_FACTOR: Final = 10
@@ -47,7 +46,7 @@ class Runtime:
 
     context: int | None
     """C: the runtime context the request ran with, None when unknown."""
-    version: tuple[int, int, int] | None
+    version: Version | None
     """Ollama's version per /api/version; None (not read yet) is taken as current."""
 
 
@@ -74,15 +73,6 @@ class Verdict:
         }
 
 
-def parse_version(text: str | None) -> tuple[int, int, int] | None:
-    """`0.30.11-rc2` → (0, 30, 11); None for anything without a leading x.y."""
-    found = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    if found is None:
-        return None
-    major, minor, patch = found.groups()
-    return int(major), int(minor), int(patch or 0)
-
-
 def shift_limit(c: int, keep: int) -> int:
     """L(C,k) = C − max(floor((C − k)/2), 1), k clamped to [0, C−1]: the prompt tokens left
     after Ollama's stage-2 truncation (`contextShiftPromptLimit`)."""
@@ -90,9 +80,7 @@ def shift_limit(c: int, keep: int) -> int:
     return c - max((c - keep) // 2, 1)
 
 
-def truncated_lengths(
-    c: int, num_keep: int | None, version: tuple[int, int, int] | None
-) -> set[int]:
+def truncated_lengths(c: int, num_keep: int | None, version: Version | None) -> set[int]:
     """The prompt_eval_count values a truncated prompt reports on this version (T1). The
     tokenizer's BOS (k + 1) is not known here, so both are taken."""
     if version is not None and version < LLAMA_SERVER:
@@ -185,12 +173,13 @@ def kept_count(ex: Exchange, u: Usage, c: int, rt: Runtime, num_keep: int | None
     """T1: a prompt_eval_count equal to what stage-2 truncation leaves (L(C,k) ≈ C/2 since
     v0.30.11, C−1 on v0.30.0–0.30.10, C on the Go runners). Not with media (stage 2 is
     skipped then), nor on /api/generate with `context` (T2 decides there)."""
-    if ex.endpoint not in INFERENCE_ENDPOINTS or _has_media(ex.request_body):
+    if ex.endpoint not in INFERENCE_ENDPOINTS:
         return None
     if ex.endpoint == "/api/generate" and isinstance((ex.final or {}).get("context"), list):
         return None
     p = u.prompt_eval_count or 0
-    if p not in truncated_lengths(c, num_keep, rt.version):
+    # The body is searched only for a count that matches: it may be megabytes of history.
+    if p not in truncated_lengths(c, num_keep, rt.version) or _has_media(ex.request_body):
         return None
     return Verdict(
         Kind.PROMPT_TRUNCATED, "T1", c, None, p,

@@ -8,12 +8,12 @@ import orjson
 import pytest
 
 from proxy.exchange import Exchange, Outcome, Usage
+from proxy.ollama.version import parse_version
 from proxy.truncation.observer import runtime_context
 from proxy.truncation.rules import (
     Kind,
     Runtime,
     judge,
-    parse_version,
     shift_limit,
     truncated_lengths,
 )
