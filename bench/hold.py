@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import http.client
 import json
+import multiprocessing
+import queue
 import subprocess
 import sys
 import tempfile
 import time
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import aiohttp
@@ -50,18 +56,20 @@ async def stream(
         return type(exc).__name__
 
 
-async def inflight_times(url: str, streams: int, out: list[float]) -> None:
-    """Answer times (ms) of /_tap/api/inflight while at least 95 % of the streams are in it."""
+def inflight_times(port: int, streams: int, out: Queue[float], stop: Event) -> None:
+    """Answer times (ms) of /_tap/api/inflight while at least 95 % of the streams are in it.
+    Run in a process of its own with a blocking client: in this one, the 2,000 streams'
+    reading would keep the probe waiting for its own event loop and count that too."""
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-    async with aiohttp.ClientSession(headers=headers) as session:
-        while True:
-            started = time.perf_counter()
-            async with session.get(url + "/_tap/api/inflight") as resp:
-                body = await resp.read()
-            took = (time.perf_counter() - started) * 1000
-            if json.loads(body)["in_flight"] >= 0.95 * streams:
-                out.append(took)
-            await asyncio.sleep(0.5)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    while not stop.is_set():
+        started = time.perf_counter()
+        conn.request("GET", "/_tap/api/inflight", headers=headers)
+        body = conn.getresponse().read()
+        took = (time.perf_counter() - started) * 1000
+        if json.loads(body)["in_flight"] >= 0.95 * streams:
+            out.put(took)
+        stop.wait(0.5)
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -80,13 +88,22 @@ async def hold(url: str, pid: int, streams: int, seconds: float, delay: float) -
         tasks = [
             asyncio.create_task(stream(session, url, tokens, delay, counts)) for _ in range(streams)
         ]
-        answers: list[float] = []
-        probe = asyncio.create_task(inflight_times(url, streams, answers))
+        spawn = multiprocessing.get_context("spawn")  # not a fork of this busy process
+        times: Queue[float] = spawn.Queue()
+        stop = spawn.Event()
+        port = int(url.rsplit(":", 1)[1])
+        probe = spawn.Process(target=inflight_times, args=(port, streams, times, stop))
+        probe.start()
         while not all(t.done() for t in tasks):
             peak = max(peak, rss_mb([pid]))
             await asyncio.sleep(1)
         elapsed = time.perf_counter() - started
-        probe.cancel()
+        stop.set()
+        probe.join(30)
+    answers: list[float] = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            answers.append(times.get(timeout=1))
     errors: dict[str, int] = {}
     for t in tasks:
         if (err := t.result()) is not None:
