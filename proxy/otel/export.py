@@ -26,6 +26,7 @@ from prometheus_client import Counter
 
 from proxy.otel.config import GRPC, OtelConfig
 from proxy.otel.emit import Emitter
+from proxy.otel.encode import WireExporter
 
 SERVICE: Final = "ollama-tap"
 DEFAULT_QUEUE: Final = 2048
@@ -60,7 +61,7 @@ def span_exporter(config: OtelConfig) -> SpanExporter:
         return GrpcSpanExporter(endpoint=endpoint)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=endpoint)
+    return WireExporter(OTLPSpanExporter(endpoint=endpoint))
 
 
 class QueueCount:

@@ -1,0 +1,89 @@
+"""The SDK's finished spans as one OTLP request body (proxy/otel/wire.py), and the HTTP
+exporter that sends that body through the SDK's own client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from proxy.otel import wire
+
+log = structlog.get_logger("ollama_tap.otel")
+
+
+def _span(span: ReadableSpan) -> bytes:
+    context, parent = span.context, span.parent
+    if context is None:
+        raise ValueError("a finished span without a context")
+    state = context.trace_state
+    return wire.span(
+        (context.trace_id, context.span_id, parent.span_id if parent is not None else 0),
+        parent is not None and parent.is_remote,
+        ",".join(f"{k}={v}" for k, v in state.items()) if state else "",
+        span.name,
+        span.kind.value + 1,  # the SDK counts from INTERNAL = 0, OTLP from UNSPECIFIED
+        (span.start_time or 0, span.end_time or 0),
+        span.attributes or {},
+        [(e.name, e.timestamp, e.attributes or {}) for e in span.events],
+        (span.status.status_code.value, span.status.description),
+    )
+
+
+def request_body(spans: Sequence[ReadableSpan]) -> bytes:
+    """The ExportTraceServiceRequest of a batch, spans grouped by resource and scope in the
+    order they came (as the SDK's encoder groups them)."""
+    groups: dict[Any, dict[Any, list[bytes]]] = {}
+    for span in spans:
+        by_scope = groups.setdefault(span.resource, {})
+        by_scope.setdefault(span.instrumentation_scope, []).append(_span(span))
+    body = bytearray()
+    for resource, by_scope in groups.items():
+        scopes = [
+            wire.scope_spans(
+                (scope.name, scope.version) if scope is not None else ("", None),
+                scope.schema_url if scope is not None else None,
+                encoded,
+            )
+            for scope, encoded in by_scope.items()
+        ]
+        body += wire.resource_spans(resource.attributes, resource.schema_url, scopes)
+    return bytes(body)
+
+
+class WireExporter(SpanExporter):
+    """The SDK's OTLP/HTTP exporter with the request body written by proxy/otel/wire.py:
+    the SDK's encoder took about three times as long (docs/opentelemetry.md, "What it
+    costs"). The SDK still sends it, through the client its exporter holds (endpoint,
+    headers, compression, certificates, timeout and retries as the OTEL_* variables set
+    them), whose `export(bytes)` is not public API: an SDK whose exporter has no such client
+    is asked to export as usual, its own encoder making the same request."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+        send = getattr(getattr(inner, "_client", None), "export", None)
+        self._send: Callable[[bytes], Any] | None = send if callable(send) else None
+        if self._send is None:
+            log.info("otel_sdk_encoder: this SDK's exporter takes no encoded body")
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        send = self._send
+        if send is None or getattr(self.inner, "_shutdown", False):
+            return self.inner.export(spans)
+        try:
+            body = request_body(spans)
+        except Exception:
+            log.exception("otel_encode_failed")
+            return SpanExportResult.FAILURE
+        result = send(body)
+        ok = getattr(result, "success", False)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
