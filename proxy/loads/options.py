@@ -34,7 +34,7 @@ def is_zero_keep_alive(value: Any) -> bool:
     """Whether `keep_alive` asks for an unload as soon as the request ends (0, "0", "0s")."""
     if isinstance(value, bool):
         return False
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         return value == 0
     return isinstance(value, str) and _ZERO_DURATION.fullmatch(value.strip()) is not None
 
@@ -67,31 +67,45 @@ def runner_options(
     facts: ModelFacts,
     version: Version | None,
 ) -> dict[str, Any]:
-    """The `needsReload` fields a request's runner would be loaded with; unset ones absent."""
-    opts = options or {}
-    out: dict[str, Any] = {}
-    num_ctx = count_or_none(opts.get("num_ctx"))
-    if num_ctx:
-        num_ctx = max(num_ctx, 2048 if facts.vision else 4)
-        out["num_ctx"] = min(num_ctx, facts.train_ctx) if facts.train_ctx else num_ctx
+    """The `needsReload` fields a request's runner would be loaded with; unset ones absent.
+    Runs for every request: only the fields the request set are looked at."""
     modern = version is None or version >= LLAMA_SERVER
-    for field in INT_FIELDS:
-        value = opts.get(field)
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            continue
-        value = int(value)
-        if field == "num_gpu" and value < 0:
-            continue
-        if field in {"num_thread", "draft_num_predict"} and value == 0:
-            continue
-        if field == "draft_num_predict" and not modern:
-            continue
-        out[field] = value
-    if isinstance(opts.get("use_mmap"), bool):
-        out["use_mmap"] = opts["use_mmap"]
+    out: dict[str, Any] = {}
+    opts = options or {}
+    for field in _RELOAD_FIELDS.intersection(opts):
+        value = _runner_value(field, opts[field], facts, modern)
+        if value is not None:
+            out[field] = value
     if modern:
         out["shift"] = shift if shift is not None else facts.family not in NO_SHIFT_FAMILIES
     return out
+
+
+_RELOAD_FIELDS: Final = frozenset(NEEDS_RELOAD) - {"shift"}
+"""The fields read from `options` (`shift` is a top-level field of the request)."""
+_ZERO_IS_UNSET: Final = frozenset({"num_thread", "draft_num_predict"})
+
+
+def _runner_value(field: str, value: Any, facts: ModelFacts, modern: bool) -> Any:
+    """One option as the runner would be loaded with it; None when it leaves the default."""
+    if field == "num_ctx":
+        num_ctx = count_or_none(value)
+        if not num_ctx:
+            return None
+        num_ctx = max(num_ctx, 2048 if facts.vision else 4)
+        return min(num_ctx, facts.train_ctx) if facts.train_ctx else num_ctx
+    if field == "use_mmap":
+        return value if isinstance(value, bool) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    number = int(value)
+    if field == "num_gpu" and number < 0:
+        return None
+    if field in _ZERO_IS_UNSET and number == 0:
+        return None
+    if field == "draft_num_predict" and not modern:
+        return None
+    return number
 
 
 @dataclass(frozen=True, slots=True)
