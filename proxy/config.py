@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from yarl import URL
 
 from proxy.attribution import DEFAULT_HEADER, parse_rule
+from proxy.credentials import redacted_url
 
 DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
 MiB = 1024 * 1024
@@ -275,16 +276,29 @@ def parse_ollama_host(value: str) -> URL:
     else:
         raise ConfigError(f"unsupported scheme in upstream {value!r}; use http:// or https://")
     hostport, _, path = hostport.partition("/")
+    if "@" in hostport:
+        raise ConfigError(
+            f"upstream {redacted_url(value)!r} has a user name or password, which ollama-tap "
+            "never sends on (Ollama has no login): give the host and port only, "
+            "e.g. http://gpu-box:11434"
+        )
     host, port = _split_host_port(hostport, default_port)
     if host in {"", "0.0.0.0", "::"}:
         host = "127.0.0.1"
-    return URL.build(scheme=scheme, host=host, port=port, path="/" + path if path else "")
+    try:
+        return URL.build(scheme=scheme, host=host, port=port, path="/" + path if path else "")
+    except ValueError as exc:
+        raise ConfigError(
+            f"upstream {value!r} is not a host and port ({exc}); e.g. http://gpu-box:11434"
+        ) from None
 
 
 def _split_host_port(hostport: str, default_port: int) -> tuple[str, int]:
     host, port_text = hostport, ""
     if hostport.startswith("["):
         end = hostport.find("]")
+        if end < 0:
+            raise ConfigError(f"upstream host {hostport!r} opens '[' without closing it")
         host, rest = hostport[1:end], hostport[end + 1 :]
         port_text = rest[1:] if rest.startswith(":") else ""
     elif hostport.count(":") == 1:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import ValidationError
 from yarl import URL
@@ -104,6 +106,23 @@ def test_unknown_setting_is_refused() -> None:
 def test_parse_rejects_unknown_scheme() -> None:
     with pytest.raises(ConfigError):
         parse_ollama_host("ftp://x")
+
+
+@pytest.mark.parametrize(
+    ("upstream", "says"),
+    [
+        # Ollama has no login, and its own clients read no user part in OLLAMA_HOST.
+        ("http://tap:s3cret@gpu-box:11434", "has a user name or password"),
+        ("http://gpu box:11434", "is not a host and port"),
+        ("http://[::1:11434", "opens '[' without closing it"),
+    ],
+)
+def test_an_unusable_upstream_is_a_config_error_that_names_the_fix(
+    upstream: str, says: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)) as raised:
+        parse_ollama_host(upstream)
+    assert "s3cret" not in str(raised.value)
 
 
 def test_start_up_failures_are_one_line_not_a_traceback(
