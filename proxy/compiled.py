@@ -34,6 +34,8 @@ MODULES: Final = [
     "proxy/loads/events.py",
     "proxy/loads/state.py",
     "proxy/loads/tracker.py",
+    "proxy/otel/spans.py",
+    "proxy/otel/content.py",
     "proxy/otel/wire.py",
     "proxy/metrics/histogram.py",
     "proxy/metrics/registered.py",
@@ -58,10 +60,12 @@ MODULES: Final = [
     "proxy/recorder/scope.py",
     "proxy/recorder/timeline.py",
 ]
-"""What runs on the event loop per request and per token, and the OTLP encoder (called
-span by span from interpreted code, it holds the GIL for one span at a time). Not the recorder's writer thread
-(record, redact, writer): compiled code never offers the GIL to other threads on its own,
-so a large body being scrubbed there would stall the loop for its whole length."""
+"""What runs on the event loop per request and per token, and the SDK-free parts of the
+OpenTelemetry export: the span mapping (at each exchange's end) and the OTLP encoder (called
+span by span from interpreted code, it holds the GIL for one span at a time). Not the
+recorder's writer thread (record, redact, writer): compiled code never offers the GIL to
+other threads on its own, so a large body being scrubbed there would stall the loop for its
+whole length."""
 
 RECORD: Final = ".compiled-sources"
 """Beside `proxy/`: the hashes of the sources the last compiling build read. An extension

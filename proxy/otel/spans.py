@@ -29,14 +29,17 @@ _FIGURES: Final = {
 }
 """The proxy's figures (measures.timings, seconds) and their `ollama_tap.*` names."""
 
-_SAMPLING: Final = (
-    ("temperature", sc.TEMPERATURE, float),
-    ("top_p", sc.TOP_P, float),
-    ("top_k", sc.TOP_K, int),
-    ("seed", sc.SEED, int),
-)
-_MAX_TOKENS_KEYS: Final = ("num_predict", "max_tokens", "max_completion_tokens")
-"""Native `options.num_predict`, OpenAI's and Anthropic's `max_tokens`, OpenAI's newer name."""
+_PARAMETERS: Final = {
+    "temperature": (sc.TEMPERATURE, float),
+    "top_p": (sc.TOP_P, float),
+    "top_k": (sc.TOP_K, int),
+    "seed": (sc.SEED, int),
+    # Native `options.num_predict`, OpenAI's and Anthropic's `max_tokens`, OpenAI's newer name.
+    "num_predict": (sc.MAX_TOKENS, int),
+    "max_tokens": (sc.MAX_TOKENS, int),
+    "max_completion_tokens": (sc.MAX_TOKENS, int),
+}
+"""Request keys of sampling parameters, and the attribute each becomes."""
 
 
 def wall_ns(ex: Exchange, at: float) -> int:
@@ -56,7 +59,7 @@ def error_type(ex: Exchange) -> str | None:
 
 
 def _number(value: Any, kind: type) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return kind(value)
 
@@ -65,13 +68,12 @@ def request_parameters(options: dict[str, Any] | None, top: dict[str, Any] | Non
     """The sampling parameters the request set: from native `options`, else from the
     compatibility routes' top-level keys."""
     out: Attributes = {}
-    for source in (top or {}, options or {}):
-        for key, name, kind in _SAMPLING:
-            if (value := _number(source.get(key), kind)) is not None:
+    for source in (top, options):
+        if not source:
+            continue
+        for key, (name, kind) in _PARAMETERS.items():  # in order: the last max-tokens key wins
+            if key in source and (value := _number(source[key], kind)) is not None:
                 out[name] = value
-        for key in _MAX_TOKENS_KEYS:
-            if (value := _number(source.get(key), int)) is not None:
-                out[sc.MAX_TOKENS] = value
     return out
 
 
