@@ -4,8 +4,8 @@ Issue 7's scenario: 2,000 concurrent streams, one token every 50 ms, held for a 
 through `ollama-tap serve` with metrics and recording on. The upstream, the proxy and this
 client share the machine, so on 2 cores the token rate each stream gets is whatever is left;
 what must hold is no error, and the proxy's resident memory. Meanwhile `/_tap/api/inflight`
-is asked twice a second: its answer time with (nearly) every stream in flight (issue 20:
-<= 5 ms with 2,000).
+is asked twice a second, from a process of its own: its answer time with (nearly) every
+stream in flight (issue 20: <= 5 ms with 2,000).
 
     python bench/hold.py                      # 2,000 streams, 60 s
     python bench/hold.py --streams 500 --seconds 20 --json hold.json
