@@ -60,6 +60,8 @@ def columns(ids: dict[str, str], now: float) -> tuple[Column, ...]:
         Column("method", lambda r: r["method"] or "", keep=10),
         Column("endpoint", lambda r: r["endpoint"] or "", keep=50, cap=14),
         Column("model", lambda r: r["model"] or "", keep=80, cap=16),
+        Column("client", lambda r: r.get("client_name") or "", keep=45, cap=14),
+        Column("instance", lambda r: r.get("instance") or "", keep=35, cap=14),
         Column("status", lambda r: str(r["status"] or ""), right=True, keep=20),
         Column("outcome", lambda r: r["outcome"], keep=90),
         Column("ttft", lambda r: seconds(r["ttft"]), right=True, keep=100),
@@ -112,8 +114,13 @@ def render(records: Sequence[Row], width: int | None, now: float | None = None) 
     """The table's lines: a header, then one line a record (newest first, as given)."""
     ids = short_ids([r["id"] for r in records])
     every = list(columns(ids, time.time() if now is None else now))
-    if not any(r.get("truncation") for r in records):
-        every = [c for c in every if c.header != "truncation"]
+    # Columns that would say nothing: no verdict, no client name, one tap's records only.
+    silent = {
+        "truncation": not any(r.get("truncation") for r in records),
+        "client": not any(r.get("client_name") for r in records),
+        "instance": len({r.get("instance") for r in records}) < 2,
+    }
+    every = [c for c in every if not silent.get(c.header, False)]
     cells = [{c.header: escaped(c.cell(r)) for c in every} for r in records]
     widths = {c.header: max([len(c.header), *(len(row[c.header]) for row in cells)]) for c in every}
     shown = every if width is None else _fit(every, widths, width)

@@ -156,3 +156,30 @@ def test_show_says_once_why_a_route_has_no_phase_timings(db: Path) -> None:
     assert "  load " not in shown and "–" not in shown
     embed = next(r for r in records if r["endpoint"] == "/api/embed")
     assert "Embeddings have no stream" in cli("records", "show", "--db", str(db), embed["id"])
+
+
+async def _two_taps(tmp_path: Path) -> Path:
+    """Two taps (as with one PostgreSQL store) writing one file, each with two clients."""
+    for instance in ("gpu-a", "gpu-b"):
+        rec = Recorder(make_settings(tmp_path, instance=instance), CollectorRegistry())
+        await rec.start()
+        for client in ("open-webui", "aider"):
+            ex = exchange(body=chat_body(), usage=native_usage())
+            ex.client_name = client
+            drive(rec, ex, pieces(2))
+        await rec.stop()
+    return rec.store.path
+
+
+def test_list_names_the_client_and_the_tap_when_there_is_more_than_one(tmp_path: Path) -> None:
+    db = asyncio.run(_two_taps(tmp_path))
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    lines = cli("records", "list", "--db", str(db), env=env).splitlines()
+    header = lines[1].split()
+    assert header[header.index("model") + 1 : header.index("model") + 3] == ["client", "instance"]
+    rows = lines[2:]
+    assert {(r.split()[5], r.split()[6]) for r in rows} == {
+        (client, tap) for client in ("open-webui", "aider") for tap in ("gpu-a", "gpu-b")
+    }
+    one = cli("records", "list", "--db", str(db), "--instance", "gpu-a", env=env).splitlines()
+    assert "instance" not in one[1].split() and "client" in one[1].split()
