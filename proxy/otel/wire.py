@@ -26,25 +26,40 @@ FLAG_IS_REMOTE: Final = 0x200
 """SpanFlags bits: the span says whether its parent is remote, and that it is."""
 
 _keys: dict[str, bytes] = {}
+_SMALL: Final = [bytes((n,)) for n in range(0x80)]
+"""The one-byte varints, made once: most lengths and every tag here are one."""
 
 
-def varint(n: int) -> bytes:
-    """An unsigned varint; a negative int64 as its 64-bit two's complement (10 bytes)."""
-    if n < 0:
-        n += 1 << 64
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
+def _put(out: bytearray, n: int) -> None:
+    """Append an unsigned varint."""
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
+
+
+def varint(n: int) -> bytes:
+    """An unsigned varint; a negative int64 as its 64-bit two's complement (10 bytes)."""
+    if 0 <= n < 0x80:
+        return _SMALL[n]
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    _put(out, n)
     return bytes(out)
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2): string, bytes or an embedded message."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
+def _put_field(out: bytearray, tag: int, payload: bytes | bytearray) -> None:
+    """Append a length-delimited field (wire type 2) whose one-byte tag is `tag`."""
+    out.append(tag)
+    _put(out, len(payload))
+    out += payload
+
+
+def _field(number: int, payload: bytes | bytearray) -> bytes:
+    out = bytearray()
+    _put_field(out, number << 3 | 2, payload)
+    return bytes(out)
 
 
 def _text(number: int, value: str) -> bytes:
@@ -64,7 +79,9 @@ def any_value(value: object) -> bytes:
     if isinstance(value, bytes):
         return _field(7, value)
     if isinstance(value, list | tuple):
-        items = b"".join(_field(1, any_value(item)) for item in value)
+        items = bytearray()
+        for item in value:
+            _put_field(items, 0x0A, any_value(item))
         return _field(5, items)
     return _text(1, str(value))
 
@@ -78,12 +95,25 @@ def _key(key: str) -> bytes:
     return kept
 
 
-def attributes(number: int, attrs: Mapping[str, object]) -> bytes:
-    """Each attribute as a KeyValue in repeated field `number`."""
-    out = bytearray()
+def _size(n: int) -> int:
+    """The bytes of `n` as an unsigned varint."""
+    size = 1
+    while n >= 0x80:
+        n >>= 7
+        size += 1
+    return size
+
+
+def _put_attributes(out: bytearray, tag: int, attrs: Mapping[str, object]) -> None:
+    """Each attribute as a KeyValue in the repeated field of one-byte tag `tag`."""
     for key, value in attrs.items():
-        out += _field(number, _key(key) + _field(2, any_value(value)))
-    return bytes(out)
+        name, encoded = _key(key), any_value(value)
+        out.append(tag)
+        _put(out, len(name) + 1 + _size(len(encoded)) + len(encoded))
+        out += name
+        out.append(0x12)
+        _put(out, len(encoded))
+        out += encoded
 
 
 def span(
@@ -101,25 +131,37 @@ def span(
     SpanKind number, `times` Unix ns, `events` (name, Unix ns, attributes), `status`
     (OTLP code, message)."""
     trace_id, span_id, parent_id = ids
-    out = bytearray(_field(1, trace_id.to_bytes(16, "big")))
-    out += _field(2, span_id.to_bytes(8, "big"))
+    out = bytearray()
+    _put_field(out, 0x0A, trace_id.to_bytes(16, "big"))
+    _put_field(out, 0x12, span_id.to_bytes(8, "big"))
     if trace_state:
-        out += _text(3, trace_state)
+        _put_field(out, 0x1A, trace_state.encode())
     if parent_id:
-        out += _field(4, parent_id.to_bytes(8, "big"))
-    out += _text(5, name)
+        _put_field(out, 0x22, parent_id.to_bytes(8, "big"))
+    _put_field(out, 0x2A, name.encode("utf-8", "surrogatepass"))
     if kind:
-        out += b"\x30" + varint(kind)
-    out += b"\x39" + _FIXED64.pack(times[0]) + b"\x41" + _FIXED64.pack(times[1])
-    out += attributes(9, attrs)
+        out.append(0x30)
+        _put(out, kind)
+    out.append(0x39)
+    out += _FIXED64.pack(times[0])
+    out.append(0x41)
+    out += _FIXED64.pack(times[1])
+    _put_attributes(out, 0x4A, attrs)
     for event_name, at, event_attrs in events:
-        event = b"\x09" + _FIXED64.pack(at) + _text(2, event_name)
-        out += _field(11, event + attributes(3, event_attrs))
+        event = bytearray(b"\x09")
+        event += _FIXED64.pack(at)
+        _put_field(event, 0x12, event_name.encode("utf-8", "surrogatepass"))
+        _put_attributes(event, 0x1A, event_attrs)
+        _put_field(out, 0x5A, event)
     code, message = status
     if code or message:
-        out += _field(15, (_text(2, message) if message else b"") + b"\x18" + varint(code))
+        status_msg = bytearray(_text(2, message) if message else b"")
+        status_msg.append(0x18)
+        _put(status_msg, code)
+        _put_field(out, 0x7A, status_msg)
     flags = FLAG_HAS_IS_REMOTE | (FLAG_IS_REMOTE if remote_parent else 0)
-    out += b"\x85\x01" + _FIXED32.pack(flags)
+    out += b"\x85\x01"
+    out += _FIXED32.pack(flags)
     return bytes(out)
 
 
@@ -129,11 +171,12 @@ def scope_spans(
     """A ScopeSpans message: the instrumentation scope (name, version) and its spans."""
     name, version = scope
     scope_msg = _text(1, name) + (_text(2, version) if version else b"")
-    out = bytearray(_field(1, scope_msg))
+    out = bytearray()
+    _put_field(out, 0x0A, scope_msg)
     for one in spans:
-        out += _field(2, one)
+        _put_field(out, 0x12, one)
     if schema_url:
-        out += _text(3, schema_url)
+        _put_field(out, 0x1A, schema_url.encode())
     return bytes(out)
 
 
@@ -142,9 +185,12 @@ def resource_spans(
 ) -> bytes:
     """A ResourceSpans message, as field 1 of an ExportTraceServiceRequest: concatenated,
     several of these are one request."""
-    out = bytearray(_field(1, attributes(1, resource_attrs)))
+    resource = bytearray()
+    _put_attributes(resource, 0x0A, resource_attrs)
+    out = bytearray()
+    _put_field(out, 0x0A, resource)
     for one in scopes:
-        out += _field(2, one)
+        _put_field(out, 0x12, one)
     if schema_url:
-        out += _text(3, schema_url)
-    return _field(1, bytes(out))
+        _put_field(out, 0x1A, schema_url.encode())
+    return _field(1, out)
