@@ -15,7 +15,7 @@ from proxy.otel import wire
 log = structlog.get_logger("ollama_tap.otel")
 
 
-def _span(span: ReadableSpan) -> bytes:
+def _span(span: ReadableSpan) -> wire.Message:
     context, parent = span.context, span.parent
     if context is None:
         raise ValueError("a finished span without a context")
@@ -36,7 +36,7 @@ def _span(span: ReadableSpan) -> bytes:
 def request_body(spans: Sequence[ReadableSpan]) -> bytes:
     """The ExportTraceServiceRequest of a batch, spans grouped by resource and scope in the
     order they came (as the SDK's encoder groups them)."""
-    groups: dict[Any, dict[Any, list[bytes]]] = {}
+    groups: dict[Any, dict[Any, list[wire.Message]]] = {}
     for span in spans:
         by_scope = groups.setdefault(span.resource, {})
         by_scope.setdefault(span.instrumentation_scope, []).append(_span(span))

@@ -1,12 +1,13 @@
 """OTLP trace requests in protobuf's wire format, written directly (compiled with mypyc).
 
 The SDK's encoder builds a protobuf message object for every span, attribute and value
-before serializing them: about 47 µs a span here, on the export thread, which alone came
-close to the export's whole budget (docs/opentelemetry.md, "What it costs"). This writes the
-same `ExportTraceServiceRequest` bytes field by field, with each attribute key's encoding
-kept, for a fraction of that; tests/otel decode them with the official opentelemetry-proto
-messages. Field numbers are those of opentelemetry/proto/trace/v1/trace.proto and
-common/v1/common.proto (v1.x, stable).
+before serializing them, which made the export thread's share of an exchange three times
+the loop's (docs/opentelemetry.md, "What it costs"). This writes the same
+`ExportTraceServiceRequest` bytes: each message as a list of byte strings joined once, with
+every length counted as the parts are added (a nested message's length must precede it),
+each attribute key's encoding kept, and the one-byte varints made once. tests/otel decode the
+result with the official opentelemetry-proto messages. Field numbers are those of
+opentelemetry/proto/trace/v1/trace.proto and common/v1/common.proto (v1.x, stable).
 """
 
 from __future__ import annotations
@@ -25,17 +26,10 @@ FLAG_HAS_IS_REMOTE: Final = 0x100
 FLAG_IS_REMOTE: Final = 0x200
 """SpanFlags bits: the span says whether its parent is remote, and that it is."""
 
-_keys: dict[str, bytes] = {}
 _SMALL: Final = [bytes((n,)) for n in range(0x80)]
-"""The one-byte varints, made once: most lengths and every tag here are one."""
-
-
-def _put(out: bytearray, n: int) -> None:
-    """Append an unsigned varint."""
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+"""The one-byte varints (and so every one-byte tag)."""
+_keys: dict[str, bytes] = {}
+"""Attribute key → its KeyValue.key field and the tag of KeyValue.value that follows it."""
 
 
 def varint(n: int) -> bytes:
@@ -45,31 +39,78 @@ def varint(n: int) -> bytes:
     if n < 0:
         n += 1 << 64
     out = bytearray()
-    _put(out, n)
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
     return bytes(out)
 
 
-def _put_field(out: bytearray, tag: int, payload: bytes | bytearray) -> None:
-    """Append a length-delimited field (wire type 2) whose one-byte tag is `tag`."""
-    out.append(tag)
-    _put(out, len(payload))
-    out += payload
+class Message:
+    """One message's fields as parts, and their length so far."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def add(self, data: bytes) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+
+    def field(self, tag: int, data: bytes) -> None:
+        """A length-delimited field (string, bytes) with a one-byte tag."""
+        length = varint(len(data))
+        parts = self.parts
+        parts.append(_SMALL[tag])
+        parts.append(length)
+        parts.append(data)
+        self.size += 1 + len(length) + len(data)
+
+    def nested(self, tag: int, inner: Message) -> None:
+        """An embedded message with a one-byte tag."""
+        length = varint(inner.size)
+        self.parts.append(_SMALL[tag])
+        self.parts.append(length)
+        self.parts += inner.parts
+        self.size += 1 + len(length) + inner.size
+
+    def attributes(self, tag: int, attrs: Mapping[str, object]) -> None:
+        """Each attribute as a KeyValue in the repeated field of one-byte tag `tag`."""
+        parts = self.parts
+        for key, value in attrs.items():
+            name = _keys.get(key)
+            if name is None:
+                name = _key(key)
+            encoded = any_value(value)
+            value_length = varint(len(encoded))
+            kv_size = len(name) + len(value_length) + len(encoded)
+            kv_length = varint(kv_size)
+            parts.append(_SMALL[tag])
+            parts.append(kv_length)
+            parts.append(name)
+            parts.append(value_length)
+            parts.append(encoded)
+            self.size += 1 + len(kv_length) + kv_size
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
 
 
-def _field(number: int, payload: bytes | bytearray) -> bytes:
-    out = bytearray()
-    _put_field(out, number << 3 | 2, payload)
-    return bytes(out)
-
-
-def _text(number: int, value: str) -> bytes:
-    return _field(number, value.encode("utf-8", "surrogatepass"))
+def _key(key: str) -> bytes:
+    encoded = key.encode("utf-8", "surrogatepass")
+    made = b"\x0a" + varint(len(encoded)) + encoded + b"\x12"
+    if len(_keys) < _KEYS_KEPT:
+        _keys[key] = made
+    return made
 
 
 def any_value(value: object) -> bytes:
-    """An AnyValue's fields; a value of a type OTLP has no slot for is sent as its text."""
+    """An AnyValue; a value of a type OTLP has no slot for is sent as its text."""
     if isinstance(value, str):
-        return _text(1, value)
+        data = value.encode("utf-8", "surrogatepass")
+        return b"\x0a" + varint(len(data)) + data
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, int):
@@ -77,43 +118,17 @@ def any_value(value: object) -> bytes:
     if isinstance(value, float):
         return b"\x21" + _DOUBLE.pack(value)
     if isinstance(value, bytes):
-        return _field(7, value)
-    if isinstance(value, list | tuple):
-        items = bytearray()
+        return b"\x3a" + varint(len(value)) + value
+    if isinstance(value, (list, tuple)):
+        items = Message()
         for item in value:
-            _put_field(items, 0x0A, any_value(item))
-        return _field(5, items)
-    return _text(1, str(value))
+            items.field(0x0A, any_value(item))
+        return b"\x2a" + varint(items.size) + items.bytes()
+    return any_value(str(value))
 
 
-def _key(key: str) -> bytes:
-    kept = _keys.get(key)
-    if kept is None:
-        kept = _text(1, key)
-        if len(_keys) < _KEYS_KEPT:
-            _keys[key] = kept
-    return kept
-
-
-def _size(n: int) -> int:
-    """The bytes of `n` as an unsigned varint."""
-    size = 1
-    while n >= 0x80:
-        n >>= 7
-        size += 1
-    return size
-
-
-def _put_attributes(out: bytearray, tag: int, attrs: Mapping[str, object]) -> None:
-    """Each attribute as a KeyValue in the repeated field of one-byte tag `tag`."""
-    for key, value in attrs.items():
-        name, encoded = _key(key), any_value(value)
-        out.append(tag)
-        _put(out, len(name) + 1 + _size(len(encoded)) + len(encoded))
-        out += name
-        out.append(0x12)
-        _put(out, len(encoded))
-        out += encoded
+def _text(data: str) -> bytes:
+    return data.encode("utf-8", "surrogatepass")
 
 
 def span(
@@ -126,71 +141,74 @@ def span(
     attrs: Mapping[str, object],
     events: Iterable[tuple[str, int, Mapping[str, object]]],
     status: tuple[int, str | None],
-) -> bytes:
+) -> Message:
     """One Span message: `ids` are (trace, span, parent; 0 for none), `kind` the OTLP
     SpanKind number, `times` Unix ns, `events` (name, Unix ns, attributes), `status`
     (OTLP code, message)."""
     trace_id, span_id, parent_id = ids
-    out = bytearray()
-    _put_field(out, 0x0A, trace_id.to_bytes(16, "big"))
-    _put_field(out, 0x12, span_id.to_bytes(8, "big"))
+    out = Message()
+    out.field(0x0A, trace_id.to_bytes(16, "big"))
+    out.field(0x12, span_id.to_bytes(8, "big"))
     if trace_state:
-        _put_field(out, 0x1A, trace_state.encode())
+        out.field(0x1A, _text(trace_state))
     if parent_id:
-        _put_field(out, 0x22, parent_id.to_bytes(8, "big"))
-    _put_field(out, 0x2A, name.encode("utf-8", "surrogatepass"))
+        out.field(0x22, parent_id.to_bytes(8, "big"))
+    out.field(0x2A, _text(name))
     if kind:
-        out.append(0x30)
-        _put(out, kind)
-    out.append(0x39)
-    out += _FIXED64.pack(times[0])
-    out.append(0x41)
-    out += _FIXED64.pack(times[1])
-    _put_attributes(out, 0x4A, attrs)
+        out.add(b"\x30")
+        out.add(varint(kind))
+    out.add(b"\x39" + _FIXED64.pack(times[0]) + b"\x41" + _FIXED64.pack(times[1]))
+    out.attributes(0x4A, attrs)
     for event_name, at, event_attrs in events:
-        event = bytearray(b"\x09")
-        event += _FIXED64.pack(at)
-        _put_field(event, 0x12, event_name.encode("utf-8", "surrogatepass"))
-        _put_attributes(event, 0x1A, event_attrs)
-        _put_field(out, 0x5A, event)
+        event = Message()
+        event.add(b"\x09" + _FIXED64.pack(at))
+        event.field(0x12, _text(event_name))
+        event.attributes(0x1A, event_attrs)
+        out.nested(0x5A, event)
     code, message = status
     if code or message:
-        status_msg = bytearray(_text(2, message) if message else b"")
-        status_msg.append(0x18)
-        _put(status_msg, code)
-        _put_field(out, 0x7A, status_msg)
+        status_msg = Message()
+        if message:
+            status_msg.field(0x12, _text(message))
+        status_msg.add(b"\x18")
+        status_msg.add(varint(code))
+        out.nested(0x7A, status_msg)
     flags = FLAG_HAS_IS_REMOTE | (FLAG_IS_REMOTE if remote_parent else 0)
-    out += b"\x85\x01"
-    out += _FIXED32.pack(flags)
-    return bytes(out)
+    out.add(b"\x85\x01" + _FIXED32.pack(flags))
+    return out
 
 
 def scope_spans(
-    scope: tuple[str, str | None], schema_url: str | None, spans: Sequence[bytes]
-) -> bytes:
+    scope: tuple[str, str | None], schema_url: str | None, spans: Sequence[Message]
+) -> Message:
     """A ScopeSpans message: the instrumentation scope (name, version) and its spans."""
     name, version = scope
-    scope_msg = _text(1, name) + (_text(2, version) if version else b"")
-    out = bytearray()
-    _put_field(out, 0x0A, scope_msg)
+    scope_msg = Message()
+    scope_msg.field(0x0A, _text(name))
+    if version:
+        scope_msg.field(0x12, _text(version))
+    out = Message()
+    out.nested(0x0A, scope_msg)
     for one in spans:
-        _put_field(out, 0x12, one)
+        out.nested(0x12, one)
     if schema_url:
-        _put_field(out, 0x1A, schema_url.encode())
-    return bytes(out)
+        out.field(0x1A, _text(schema_url))
+    return out
 
 
 def resource_spans(
-    resource_attrs: Mapping[str, object], schema_url: str | None, scopes: Sequence[bytes]
+    resource_attrs: Mapping[str, object], schema_url: str | None, scopes: Sequence[Message]
 ) -> bytes:
     """A ResourceSpans message, as field 1 of an ExportTraceServiceRequest: concatenated,
     several of these are one request."""
-    resource = bytearray()
-    _put_attributes(resource, 0x0A, resource_attrs)
-    out = bytearray()
-    _put_field(out, 0x0A, resource)
+    resource = Message()
+    resource.attributes(0x0A, resource_attrs)
+    out = Message()
+    out.nested(0x0A, resource)
     for one in scopes:
-        _put_field(out, 0x12, one)
+        out.nested(0x12, one)
     if schema_url:
-        _put_field(out, 0x1A, schema_url.encode())
-    return _field(1, out)
+        out.field(0x1A, _text(schema_url))
+    request = Message()
+    request.nested(0x0A, out)
+    return request.bytes()
