@@ -4,15 +4,23 @@ exporter that sends that body through the SDK's own client."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import structlog
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope as Scope
+from opentelemetry.trace import SpanKind, StatusCode
 
 from proxy.otel import wire
 
 log = structlog.get_logger("ollama_tap.otel")
+
+
+_KINDS: Final = {kind: kind.value + 1 for kind in SpanKind}
+"""The SDK counts span kinds from INTERNAL = 0, OTLP from UNSPECIFIED = 0."""
+_CODES: Final = {code: code.value for code in StatusCode}
 
 
 def _span(span: ReadableSpan) -> wire.Message:
@@ -20,37 +28,46 @@ def _span(span: ReadableSpan) -> wire.Message:
     if context is None:
         raise ValueError("a finished span without a context")
     state = context.trace_state
+    status = span.status
     return wire.span(
         (context.trace_id, context.span_id, parent.span_id if parent is not None else 0),
         parent is not None and parent.is_remote,
         ",".join(f"{k}={v}" for k, v in state.items()) if state else "",
         span.name,
-        span.kind.value + 1,  # the SDK counts from INTERNAL = 0, OTLP from UNSPECIFIED
+        _KINDS[span.kind],
         (span.start_time or 0, span.end_time or 0),
         span.attributes or {},
         [(e.name, e.timestamp, e.attributes or {}) for e in span.events],
-        (span.status.status_code.value, span.status.description),
+        (_CODES[status.status_code], status.description),
     )
 
 
 def request_body(spans: Sequence[ReadableSpan]) -> bytes:
     """The ExportTraceServiceRequest of a batch, spans grouped by resource and scope in the
-    order they came (as the SDK's encoder groups them)."""
-    groups: dict[Any, dict[Any, list[wire.Message]]] = {}
+    order they came. Grouped by identity, not equality as the SDK's encoder does: a
+    Resource hashes by serializing its attributes to JSON, once per span, and every span
+    here shares one Resource and one scope object anyway."""
+    groups: dict[int, tuple[Resource, dict[int, tuple[Scope | None, list[wire.Message]]]]] = {}
     for span in spans:
-        by_scope = groups.setdefault(span.resource, {})
-        by_scope.setdefault(span.instrumentation_scope, []).append(_span(span))
+        resource, scope = span.resource, span.instrumentation_scope
+        by_scope = groups.get(id(resource))
+        if by_scope is None:
+            by_scope = groups[id(resource)] = (resource, {})
+        encoded = by_scope[1].get(id(scope))
+        if encoded is None:
+            encoded = by_scope[1][id(scope)] = (scope, [])
+        encoded[1].append(_span(span))
     body = bytearray()
-    for resource, by_scope in groups.items():
-        scopes = [
+    for resource, scopes in groups.values():
+        made = [
             wire.scope_spans(
                 (scope.name, scope.version) if scope is not None else ("", None),
                 scope.schema_url if scope is not None else None,
                 encoded,
             )
-            for scope, encoded in by_scope.items()
+            for scope, encoded in scopes.values()
         ]
-        body += wire.resource_spans(resource.attributes, resource.schema_url, scopes)
+        body += wire.resource_spans(resource.attributes, resource.schema_url, made)
     return bytes(body)
 
 
