@@ -73,18 +73,19 @@ def request_body(spans: Sequence[ReadableSpan]) -> bytes:
 
 class WireExporter(SpanExporter):
     """The SDK's OTLP/HTTP exporter with the request body written by proxy/otel/wire.py:
-    the SDK's encoder took about three times as long (docs/opentelemetry.md, "What it
+    the SDK's encoder took five times the instructions (docs/opentelemetry.md, "What it
     costs"). The SDK still sends it, through the client its exporter holds (endpoint,
     headers, compression, certificates, timeout and retries as the OTEL_* variables set
     them), whose `export(bytes)` is not public API: an SDK whose exporter has no such client
-    is asked to export as usual, its own encoder making the same request."""
+    is asked to export as usual, its own encoder making the same request. A body over the
+    collector's size limit is refused there and counted as dropped, like any failed batch."""
 
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
         send = getattr(getattr(inner, "_client", None), "export", None)
         self._send: Callable[[bytes], Any] | None = send if callable(send) else None
         if self._send is None:
-            log.info("otel_sdk_encoder: this SDK's exporter takes no encoded body")
+            log.info("otel_sdk_encoder", reason="the SDK's OTLP/HTTP exporter takes no body")
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         send = self._send
