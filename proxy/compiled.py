@@ -36,6 +36,7 @@ MODULES: Final = [
     "proxy/loads/tracker.py",
     "proxy/otel/spans.py",
     "proxy/otel/content.py",
+    "proxy/otel/parts.py",
     "proxy/otel/wire.py",
     "proxy/metrics/histogram.py",
     "proxy/metrics/registered.py",

@@ -14,7 +14,7 @@ from typing import Any, Final
 import orjson
 
 from proxy.exchange import Exchange, OutputChunk, OutputKind
-from proxy.ollama.payloads import Pieces, reply_pieces
+from proxy.ollama.payloads import reply_pieces
 from proxy.otel import semconv as sc
 from proxy.otel.spans import Attributes
 
@@ -29,19 +29,31 @@ _PART_TYPES: Final = {
 }
 
 
+Run = tuple[OutputKind, list[str]]
+"""Consecutive output pieces of one kind, as their texts (a tool call is a run of its own)."""
+
+
+def _add(runs: list[Run], kind: OutputKind, text: str) -> None:
+    if kind is not OutputKind.TOOL_CALL and runs and runs[-1][0] is kind:
+        runs[-1][1].append(text)
+    else:
+        runs.append((kind, [text]))
+
+
 class _Kept:
     """The output of one exchange so far (`ex.metadata["otel_output"]`)."""
 
-    __slots__ = ("pieces", "size")
+    __slots__ = ("runs", "size")
 
     def __init__(self) -> None:
-        self.pieces: Pieces = []
+        self.runs: list[Run] = []
         self.size = 0
 
 
 class OutputText:
     """Keeps the output pieces' text of each exchange in `ex.metadata`, up to OUTPUT_CAP;
-    registered only in `full` mode, so the other modes do no per-read work at all."""
+    registered only in `full` mode, so the other modes do no per-read work at all. Per
+    piece it appends the text to its run: joining waits for the exchange's end."""
 
     name = NAME
 
@@ -51,8 +63,9 @@ class OutputText:
             kept = ex.metadata[NAME] = _Kept()
         if kept.size > OUTPUT_CAP:
             return
+        runs = kept.runs
         for piece in pieces:
-            kept.pieces.append((piece.kind, piece.text))
+            _add(runs, piece.kind, piece.text)
             kept.size += len(piece.text)
 
 
@@ -112,32 +125,29 @@ def input_attributes(body: dict[str, Any]) -> Attributes:
     return attrs
 
 
-def _joined(pieces: Pieces) -> list[dict[str, Any]]:
-    """Pieces as parts: runs of one kind joined (a stream's tokens make one text part)."""
+def _joined(runs: list[Run]) -> list[dict[str, Any]]:
+    """Runs as parts (a stream's tokens make one text part), each cut at OUTPUT_CAP."""
     parts: list[dict[str, Any]] = []
-    for kind, text in pieces:
-        part_type = _PART_TYPES[kind]
-        if kind is OutputKind.TOOL_CALL:
-            parts.append({"type": part_type, "arguments": text})
-        elif parts and parts[-1]["type"] == part_type:
-            parts[-1]["content"] += text
-        else:
-            parts.append({"type": part_type, "content": text})
-    for part in parts:
-        if len(part.get("content", "")) > OUTPUT_CAP:
-            part["content"] = part["content"][:OUTPUT_CAP] + "…"
+    for kind, texts in runs:
+        text = "".join(texts)
+        if len(text) > OUTPUT_CAP:
+            text = text[:OUTPUT_CAP] + "…"
+        key = "arguments" if kind is OutputKind.TOOL_CALL else "content"
+        parts.append({"type": _PART_TYPES[kind], key: text})
     return parts
 
 
 def output_attributes(ex: Exchange) -> Attributes:
     """The reply's output: the streamed pieces kept by OutputText, else the single reply's."""
     kept: _Kept | None = ex.metadata.pop(NAME, None)
-    pieces = None if kept is None else kept.pieces
-    if pieces is None and ex.final is not None and not ex.streamed:
-        pieces = reply_pieces(ex.final)
-    if not pieces:
+    runs = None if kept is None else kept.runs
+    if runs is None and ex.final is not None and not ex.streamed:
+        runs = []
+        for kind, text in reply_pieces(ex.final):
+            _add(runs, kind, text)
+    if not runs:
         return {}
-    message: dict[str, Any] = {"role": "assistant", "parts": _joined(pieces)}
+    message: dict[str, Any] = {"role": "assistant", "parts": _joined(runs)}
     if ex.done_reason is not None:
         message["finish_reason"] = ex.done_reason
     return {sc.OUTPUT_MESSAGES: orjson.dumps([message]).decode()}
