@@ -147,7 +147,13 @@ async def test_a_day_of_two_apps_on_one_box(
 
     assert fake_ollama.scheduler.loads == [LLAMA, LLAMA, QWEN, LLAMA, LLAMA, LLAMA]
     expected = [*EXPECTED, (LLAMA, "unloaded", APP1, f"unloaded by request {unloader} from {APP2}")]
-    await eventually(lambda: len(proxy.app[LOADS].events) == 6)
+    # A load's context_length comes with the next /api/ps read after it (0.1 s here).
+    await eventually(
+        lambda: (
+            len(proxy.app[LOADS].events) == 6
+            and all(e.context_length is not None for e in proxy.app[LOADS].events)
+        )
+    )
     events = await loads(proxy)
     assert [(e["model"], e["cause"], e["client"], e["detail"]) for e in events] == expected
     _, changed, qwen, evicted, _, unloaded = events
