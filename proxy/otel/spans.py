@@ -18,16 +18,28 @@ ContextLength = Callable[[str | None], int | None]
 """The loaded model's runtime context (num_ctx) per the poller, if loaded."""
 
 _FIGURES: Final = {
-    "ttft": "client.time_to_first_token",
-    "ttfc": "client.time_to_first_content",
-    "server_ttft": "server.time_to_first_token",
-    "client_overhead": "client_overhead",
-    "queue_wait": "queue_wait",
-    "load": "load_duration",
-    "prefill": "prefill_duration",
-    "decode": "decode_duration",
+    key: sc.TAP + name
+    for key, name in (
+        ("ttft", "client.time_to_first_token"),
+        ("ttfc", "client.time_to_first_content"),
+        ("server_ttft", "server.time_to_first_token"),
+        ("client_overhead", "client_overhead"),
+        ("queue_wait", "queue_wait"),
+        ("load", "load_duration"),
+        ("prefill", "prefill_duration"),
+        ("decode", "decode_duration"),
+    )
 }
-"""The proxy's figures (measures.timings, seconds) and their `ollama_tap.*` names."""
+"""The proxy's figures (measures.timings, seconds) and their `ollama_tap.*` names, made once
+(as the names below: the span mapping runs at every exchange's end)."""
+_EXCHANGE_ID: Final = sc.TAP + "exchange_id"
+_STREAMED: Final = sc.TAP + "streamed"
+_OUTCOME: Final = sc.TAP + "outcome"
+_RETRIED: Final = sc.TAP + "retried"
+_CLIENT: Final = sc.TAP + "client"
+_TRUNCATION: Final = sc.TAP + "truncation"
+_DECODE_RATE: Final = sc.TAP + "decode_rate"
+_UTILIZATION: Final = sc.TAP + "context_utilization"
 
 _PARAMETERS: Final = {
     "temperature": (sc.TEMPERATURE, float),
@@ -55,7 +67,7 @@ def error_type(ex: Exchange) -> str | None:
         return None
     if outcome is Outcome.UPSTREAM_ERROR and ex.status is not None:
         return str(ex.status)
-    return outcome.value
+    return str(outcome)
 
 
 def _number(value: Any, kind: type) -> Any:
@@ -140,30 +152,30 @@ def server_attributes(
 
 def tap_attributes(ex: Exchange, context_length: ContextLength | None) -> Attributes:
     """The proxy's own figures, `ollama_tap.*` (seconds, tokens per second, a ratio)."""
-    attrs: Attributes = {sc.TAP + "exchange_id": ex.id, sc.TAP + "streamed": ex.streamed}
+    attrs: Attributes = {_EXCHANGE_ID: ex.id, _STREAMED: ex.streamed}
     if ex.outcome is not None:
-        attrs[sc.TAP + "outcome"] = ex.outcome.value
+        attrs[_OUTCOME] = str(ex.outcome)  # a StrEnum: its value, not via `.value`
     if ex.retried is not None:
-        attrs[sc.TAP + "retried"] = ex.retried.value
+        attrs[_RETRIED] = str(ex.retried)
     if ex.client_name:
-        attrs[sc.TAP + "client"] = ex.client_name
+        attrs[_CLIENT] = ex.client_name
     verdict = ex.metadata.get("truncation")
     if verdict is not None:
-        attrs[sc.TAP + "truncation"] = verdict.kind.value
+        attrs[_TRUNCATION] = str(verdict.kind)
     for key, value in timings(ex).items():
         if value is not None and key in _FIGURES:
-            attrs[sc.TAP + _FIGURES[key]] = value
+            attrs[_FIGURES[key]] = value
     usage = ex.usage
     if usage is None or not usage.has_timings or ex.endpoint not in NATIVE_GENERATION:
         return attrs
     if (rate := usage.decode_rate) is not None:
-        attrs[sc.TAP + "decode_rate"] = rate
+        attrs[_DECODE_RATE] = rate
     size = usage.context_size
     num_ctx = request_num_ctx(ex.request.options)
     if num_ctx is None and context_length is not None:
         num_ctx = context_length(ex.model)
     if size > 0 and num_ctx:
-        attrs[sc.TAP + "context_utilization"] = size / num_ctx
+        attrs[_UTILIZATION] = size / num_ctx
     return attrs
 
 
