@@ -178,6 +178,18 @@ def span(
     return out
 
 
+def _group(head: Message, members: Sequence[Message], schema_url: str | None) -> Message:
+    """ScopeSpans and ResourceSpans alike: what they are about (field 1), their members
+    (field 2, repeated), their schema URL (field 3)."""
+    out = Message()
+    out.nested(0x0A, head)
+    for one in members:
+        out.nested(0x12, one)
+    if schema_url:
+        out.field(0x1A, _text(schema_url))
+    return out
+
+
 def scope_spans(
     scope: tuple[str, str | None], schema_url: str | None, spans: Sequence[Message]
 ) -> Message:
@@ -187,13 +199,7 @@ def scope_spans(
     scope_msg.field(0x0A, _text(name))
     if version:
         scope_msg.field(0x12, _text(version))
-    out = Message()
-    out.nested(0x0A, scope_msg)
-    for one in spans:
-        out.nested(0x12, one)
-    if schema_url:
-        out.field(0x1A, _text(schema_url))
-    return out
+    return _group(scope_msg, spans, schema_url)
 
 
 def resource_spans(
@@ -203,12 +209,6 @@ def resource_spans(
     several of these are one request."""
     resource = Message()
     resource.attributes(0x0A, resource_attrs)
-    out = Message()
-    out.nested(0x0A, resource)
-    for one in scopes:
-        out.nested(0x12, one)
-    if schema_url:
-        out.field(0x1A, _text(schema_url))
     request = Message()
-    request.nested(0x0A, out)
+    request.nested(0x0A, _group(resource, scopes, schema_url))
     return request.bytes()
