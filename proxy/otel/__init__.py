@@ -63,7 +63,6 @@ def start(
     if config is None:
         return None
     try:
-        from proxy.otel.content import OutputText
         from proxy.otel.export import Tracing, resource
         from proxy.otel.metrics import GenAiMetrics
         from proxy.otel.observer import OtelObserver
@@ -77,7 +76,5 @@ def start(
     tracing = Tracing(config, dropped)
     metrics = GenAiMetrics(config, resource()) if config.metrics else None
     observers: list[object] = [OtelObserver(config, tracing, metrics, context_length)]
-    if config.content:
-        observers.insert(0, OutputText())
     closers = [tracing.close] + ([metrics.close] if metrics is not None else [])
     return Otel(observers, closers)

@@ -8,65 +8,24 @@ header, query or other body key reaches a span, so no credential can
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final
 
 import orjson
 
-from proxy.exchange import Exchange, OutputChunk, OutputKind
+from proxy.exchange import Exchange, OutputKind
 from proxy.ollama.payloads import reply_pieces
 from proxy.otel import semconv as sc
 from proxy.otel.spans import Attributes
+from proxy.recorder import kept_output
 
 OUTPUT_CAP: Final = 256 * 1024
-"""Characters of output text kept per exchange; past it the text is cut (`…` marks it)."""
-NAME: Final = "otel_output"
+"""Characters of output text a span carries per part; past it the text is cut (`…` marks it)."""
 
 _PART_TYPES: Final = {
     OutputKind.CONTENT: "text",
     OutputKind.THINKING: "reasoning",
     OutputKind.TOOL_CALL: "tool_call",
 }
-
-
-Run = tuple[OutputKind, list[str]]
-"""Consecutive output pieces of one kind, as their texts (a tool call is a run of its own)."""
-
-
-def _add(runs: list[Run], kind: OutputKind, text: str) -> None:
-    if kind is not OutputKind.TOOL_CALL and runs and runs[-1][0] is kind:
-        runs[-1][1].append(text)
-    else:
-        runs.append((kind, [text]))
-
-
-class _Kept:
-    """The output of one exchange so far (`ex.metadata["otel_output"]`)."""
-
-    __slots__ = ("runs", "size")
-
-    def __init__(self) -> None:
-        self.runs: list[Run] = []
-        self.size = 0
-
-
-class OutputText:
-    """Keeps the output pieces' text of each exchange in `ex.metadata`, up to OUTPUT_CAP;
-    registered only in `full` mode, so the other modes do no per-read work at all. Per
-    piece it appends the text to its run: joining waits for the exchange's end."""
-
-    name = NAME
-
-    def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
-        kept: _Kept | None = ex.metadata.get(NAME)
-        if kept is None:
-            kept = ex.metadata[NAME] = _Kept()
-        if kept.size > OUTPUT_CAP:
-            return
-        runs = kept.runs
-        for piece in pieces:
-            _add(runs, piece.kind, piece.text)
-            kept.size += len(piece.text)
 
 
 def _parts(content: Any) -> list[dict[str, Any]]:
@@ -125,11 +84,10 @@ def input_attributes(body: dict[str, Any]) -> Attributes:
     return attrs
 
 
-def _joined(runs: list[Run]) -> list[dict[str, Any]]:
+def _joined(runs: list[tuple[OutputKind, str]]) -> list[dict[str, Any]]:
     """Runs as parts (a stream's tokens make one text part), each cut at OUTPUT_CAP."""
     parts: list[dict[str, Any]] = []
-    for kind, texts in runs:
-        text = "".join(texts)
+    for kind, text in runs:
         if len(text) > OUTPUT_CAP:
             text = text[:OUTPUT_CAP] + "…"
         key = "arguments" if kind is OutputKind.TOOL_CALL else "content"
@@ -138,13 +96,16 @@ def _joined(runs: list[Run]) -> list[dict[str, Any]]:
 
 
 def output_attributes(ex: Exchange) -> Attributes:
-    """The reply's output: the streamed pieces kept by OutputText, else the single reply's."""
-    kept: _Kept | None = ex.metadata.pop(NAME, None)
-    runs = None if kept is None else kept.runs
-    if runs is None and ex.final is not None and not ex.streamed:
+    """The reply's output: the text the recorder kept of its pieces (`full` mode keeps it
+    for every inference exchange), else a single reply's final object."""
+    runs = kept_output(ex)
+    if not runs and ex.final is not None and not ex.streamed:
         runs = []
         for kind, text in reply_pieces(ex.final):
-            _add(runs, kind, text)
+            if kind is not OutputKind.TOOL_CALL and runs and runs[-1][0] is kind:
+                runs[-1] = (kind, runs[-1][1] + text)
+            else:
+                runs.append((kind, text))
     if not runs:
         return {}
     message: dict[str, Any] = {"role": "assistant", "parts": _joined(runs)}

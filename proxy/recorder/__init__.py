@@ -10,7 +10,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry
 
 from proxy.config import RecordMode, Settings
-from proxy.exchange import Exchange, OutputChunk
+from proxy.exchange import Exchange, OutputChunk, OutputKind
 from proxy.metrics.registered import RecorderMetrics
 from proxy.names import recordable
 from proxy.rawreply import RawReply
@@ -25,6 +25,15 @@ from proxy.recorder.writer import Writer
 STOP_TIMEOUT: Final = 10.0
 """Seconds `stop` waits for the writer to drain the queue."""
 _KEY: Final = "recorder"
+
+
+def kept_output(ex: Exchange) -> list[tuple[OutputKind, str]] | None:
+    """The output text the recorder keeps of an exchange (`full` mode), as runs of one
+    kind; None when it keeps none. The OpenTelemetry spans take their output from here
+    rather than keeping a second copy of every piece."""
+    cap = ex.metadata.get(_KEY)
+    timeline = cap.timeline if isinstance(cap, Capture) else None
+    return timeline.runs() if timeline is not None else None
 
 
 class Recorder:

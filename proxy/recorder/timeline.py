@@ -137,6 +137,30 @@ class Timeline:
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def runs(self) -> list[tuple[OutputKind, str]] | None:
+        """The kept text as runs of one kind, each tool call a run of its own (the span's
+        output, proxy/otel/content.py); None when no text is kept."""
+        if not self.flags & TEXT:
+            return None
+        text = bytes(self.text)
+        kinds, only = self.kinds, self._kind
+        if kinds is None:
+            if only is None:
+                return []
+            if only is not OutputKind.TOOL_CALL:
+                return [(only, text.decode(errors="replace"))]
+        runs: list[tuple[OutputKind, bytes]] = []
+        pos = 0
+        for i, n in enumerate(self.lengths):
+            kind = KINDS[kinds[i]] if kinds is not None else only
+            assert kind is not None
+            piece, pos = text[pos : pos + n], pos + n
+            if kind is not OutputKind.TOOL_CALL and runs and runs[-1][0] is kind:
+                runs[-1] = (kind, runs[-1][1] + piece)
+            else:
+                runs.append((kind, piece))
+        return [(kind, data.decode(errors="replace")) for kind, data in runs]
+
     def pack(self) -> bytes:
         count = len(self.offsets)
         kind = _KIND_CODE[self._kind] if self._kind is not None else 0

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind
 from proxy.otel import semconv as sc
-from proxy.otel.content import OUTPUT_CAP, OutputText, input_attributes, output_attributes
+from proxy.otel.content import OUTPUT_CAP, input_attributes, output_attributes
 from proxy.otel.spans import error_type, request_parameters, wall_ns
+from proxy.recorder import Recorder
+from tests.recorder.factory import make_settings
 from tests.support.exchanges import new_exchange
 
 
@@ -66,27 +70,43 @@ def test_inputs_of_each_family() -> None:
     assert input_attributes({"model": "x"}) == {}
 
 
-def test_output_joins_runs_and_stops_keeping_past_the_cap() -> None:
-    ex = new_exchange("/api/chat", streamed=True, done_reason="stop")
-    keep = OutputText()
-    keep.chunks(ex, [OutputChunk(0, OutputKind.THINKING, "hm", 1)])
-    keep.chunks(ex, [OutputChunk(0, OutputKind.CONTENT, t, 1) for t in ("a", "b")])
-    keep.chunks(ex, [OutputChunk(0, OutputKind.TOOL_CALL, '{"f":1}', 1)])
+def kept(tmp_path: Path, ex: Exchange, *reads: list[OutputChunk]) -> Exchange:
+    """The exchange's pieces kept as the recorder keeps them in `full` mode, which is where
+    the span's output text comes from."""
+    recorder = Recorder(make_settings(tmp_path, record="full"), CollectorRegistry())
+    recorder.request(ex)
+    for pieces in reads:
+        recorder.chunks(ex, pieces)
+    return ex
+
+
+def test_output_joins_runs_and_cuts_at_the_cap(tmp_path: Path) -> None:
+    ex = kept(
+        tmp_path,
+        new_exchange("/api/chat", streamed=True, done_reason="stop"),
+        [OutputChunk(0, OutputKind.THINKING, "hm", 1)],
+        [OutputChunk(0, OutputKind.CONTENT, t, 1) for t in ("a", "é")],
+        [OutputChunk(0, OutputKind.TOOL_CALL, '{"f":1}', 1)],
+        [OutputChunk(0, OutputKind.TOOL_CALL, '{"g":2}', 1)],
+    )
     [message] = json.loads(output_attributes(ex)[sc.OUTPUT_MESSAGES])
     assert message == {
         "role": "assistant",
         "finish_reason": "stop",
         "parts": [
             {"type": "reasoning", "content": "hm"},
-            {"type": "text", "content": "ab"},
+            {"type": "text", "content": "aé"},
             {"type": "tool_call", "arguments": '{"f":1}'},
+            {"type": "tool_call", "arguments": '{"g":2}'},
         ],
     }
-    big = new_exchange("/api/chat", streamed=True)
-    for _ in range(3):
-        keep.chunks(big, [OutputChunk(0, OutputKind.CONTENT, "x" * OUTPUT_CAP, 1)])
+    big = kept(
+        tmp_path,
+        new_exchange("/api/chat", streamed=True),
+        *[[OutputChunk(0, OutputKind.CONTENT, "x" * OUTPUT_CAP, 1)] for _ in range(3)],
+    )
     [message] = json.loads(output_attributes(big)[sc.OUTPUT_MESSAGES])
-    assert message["parts"][0]["content"] == "x" * OUTPUT_CAP + "…"
+    assert message["parts"] == [{"type": "text", "content": "x" * OUTPUT_CAP + "…"}]
 
 
 def test_a_single_reply_output_comes_from_its_final_object() -> None:
