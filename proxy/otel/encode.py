@@ -23,25 +23,6 @@ _KINDS: Final = {kind: kind.value + 1 for kind in SpanKind}
 _CODES: Final = {code: code.value for code in StatusCode}
 
 
-def _span(span: ReadableSpan) -> wire.Message:
-    context, parent = span.context, span.parent
-    if context is None:
-        raise ValueError("a finished span without a context")
-    state = context.trace_state
-    status = span.status
-    return wire.span(
-        (context.trace_id, context.span_id, parent.span_id if parent is not None else 0),
-        parent is not None and parent.is_remote,
-        ",".join(f"{k}={v}" for k, v in state.items()) if state else "",
-        span.name,
-        _KINDS[span.kind],
-        (span.start_time or 0, span.end_time or 0),
-        span.attributes or {},
-        [(e.name, e.timestamp, e.attributes or {}) for e in span.events],
-        (_CODES[status.status_code], status.description),
-    )
-
-
 def request_body(spans: Sequence[ReadableSpan]) -> bytes:
     """The ExportTraceServiceRequest of a batch, spans grouped by resource and scope in the
     order they came. Grouped by identity, not equality as the SDK's encoder does: a
@@ -56,7 +37,7 @@ def request_body(spans: Sequence[ReadableSpan]) -> bytes:
         encoded = by_scope[1].get(id(scope))
         if encoded is None:
             encoded = by_scope[1][id(scope)] = (scope, [])
-        encoded[1].append(_span(span))
+        encoded[1].append(wire.sdk_span(span, _KINDS, _CODES))
     body = bytearray()
     for resource, scopes in groups.values():
         made = [

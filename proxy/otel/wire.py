@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 _DOUBLE: Final = struct.Struct("<d")
 _FIXED64: Final = struct.Struct("<Q")
@@ -131,7 +131,7 @@ def _text(data: str) -> bytes:
     return data.encode("utf-8", "surrogatepass")
 
 
-def span(
+def _span(
     ids: tuple[int, int, int],
     remote_parent: bool,
     trace_state: str,
@@ -176,6 +176,33 @@ def span(
     flags = FLAG_HAS_IS_REMOTE | (FLAG_IS_REMOTE if remote_parent else 0)
     out.add(b"\x85\x01" + _FIXED32.pack(flags))
     return out
+
+
+def sdk_span(span: Any, kinds: Mapping[Any, int], codes: Mapping[Any, int]) -> Message:
+    """A finished SDK span (a ReadableSpan, read by attribute: this module imports no SDK)
+    as a Span message; `kinds` and `codes` map the SDK's SpanKind and StatusCode to OTLP's
+    numbers (proxy/otel/encode.py). Here rather than beside the SDK's types so that it runs
+    compiled: it is most of an export's work per span."""
+    fields = getattr(span, "wire_fields", None)
+    if fields is not None:  # proxy/otel/emit.py's spans: their fields as plain values
+        ids, remote, state_text, name, kind, times, attrs, events, code = fields
+        return _span(ids, remote, state_text, name, kind, times, attrs, events, code)
+    context, parent = span.context, span.parent
+    if context is None:
+        raise ValueError("a finished span without a context")
+    state = context.trace_state
+    status = span.status
+    return _span(
+        (context.trace_id, context.span_id, parent.span_id if parent is not None else 0),
+        parent is not None and bool(parent.is_remote),
+        ",".join([f"{k}={v}" for k, v in state.items()]) if state else "",
+        span.name,
+        kinds[span.kind],
+        (span.start_time or 0, span.end_time or 0),
+        span.attributes or {},
+        [(e.name, e.timestamp, e.attributes or {}) for e in span.events],
+        (codes[status.status_code], status.description),
+    )
 
 
 def _group(head: Message, members: Sequence[Message], schema_url: str | None) -> Message:

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
+from proxy.otel.emit import Emitter, SpanIds
 from proxy.otel.encode import WireExporter, request_body
 
 RESOURCE = Resource({"service.name": "ollama-tap", "service.version": "1.2"}, "https://s/1")
@@ -138,3 +141,42 @@ def test_the_installed_sdks_http_exporter_takes_an_encoded_body() -> None:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     assert WireExporter(OTLPSpanExporter(endpoint="http://127.0.0.1:9/v1/traces"))._send
+
+
+class Collect(SpanProcessor):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
+@pytest.mark.parametrize("error", [None, "upstream_unreachable"])
+@pytest.mark.parametrize(
+    "parent",
+    [
+        None,
+        SpanContext(
+            0x0AF7651916CD43DD8448EB211C80319C,
+            0x00F067AA0BA902B7,
+            True,
+            TraceFlags(1),
+            TraceState([("v", "1")]),
+        ),
+    ],
+)
+def test_the_emitters_spans_carry_fields_that_encode_as_the_sdk_encodes_them(
+    error: str | None, parent: SpanContext | None
+) -> None:
+    """The emitter's spans hold their fields as plain values for the encoder: those must say
+    what the spans' own properties say."""
+    collect = Collect()
+    emitter = Emitter(RESOURCE, SCOPE, DEFAULT_ON, [collect])
+    sent = emitter.emit(
+        "chat llama3.2", SpanIds(parent), None, (1_700_000_000_000_000_000, 1_700_000_001_0),
+        {**ATTRS, "server.only": 1}, {"gen_ai.operation.name": "chat"},
+        [("ollama_tap.first_token", 1_700_000_000_500_000_000)], error,
+    )  # fmt: skip
+    assert sent and len(collect.spans) == 2
+    assert all(getattr(s, "wire_fields", None) for s in collect.spans)
+    assert decoded(collect.spans) == sdk(collect.spans)
