@@ -9,7 +9,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
-COPY proxy ./proxy
+COPY ollama_tap ./ollama_tap
 # With the `postgres` extra (psycopg, for a postgresql:// --db: docs/recording.md) and the
 # OpenTelemetry one (imported only when an OTLP endpoint is set: docs/opentelemetry.md).
 RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[postgres,otel]'

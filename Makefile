@@ -8,9 +8,9 @@ SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT     := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 ARGS    ?=
 
-SOURCES := $(shell find proxy -name '*.py')
+SOURCES := $(shell find ollama_tap -name '*.py')
 # A build's extension modules: gone before any install, so none outlives its sources.
-UNBUILD := find proxy -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sources
+UNBUILD := find ollama_tap -name '*.so' -delete && rm -f ./*__mypyc*.so .compiled-sources
 
 # Serial even under -j: every recipe installs into, or builds in, the same venv and tree.
 .NOTPARALLEL:
@@ -42,7 +42,7 @@ $(VENV)/.test-deps: $(VENV)/.run-deps
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-## the hot modules compiled with mypyc (proxy/compiled.py lists them) beside their sources; again
+## the hot modules compiled with mypyc (ollama_tap/compiled.py lists them) beside their sources; again
 ## after any change to the package, since Python imports an extension module before its
 ## .py and a stale build would shadow the edit (the test suite refuses to run on one)
 $(VENV)/.compiled: $(VENV)/.run-deps setup.py $(SOURCES) | build-deps
@@ -52,7 +52,7 @@ $(VENV)/.compiled: $(VENV)/.run-deps setup.py $(SOURCES) | build-deps
 	@$(PY) -m pip install -q --no-build-isolation --no-deps -e . >$(VENV)/compile.log 2>&1 \
 	  || { tail -n 25 $(VENV)/compile.log; $(UNBUILD); echo "the build failed (see above)"; \
 	  exit 1; } >&2
-	@find proxy -name '*.so' | grep -q . \
+	@find ollama_tap -name '*.so' | grep -q . \
 	  || { echo "no module was compiled ($(VENV)/compile.log says why)" >&2; exit 1; }
 	@mv $@.started $@
 
@@ -108,8 +108,8 @@ engine: $(VENV)/.run-deps
 ENGINE_ENV = engine_env="$$($(PY) tests/engine/provision.py --env)" && eval "$$engine_env" &&
 
 lint: $(VENV)/.test-deps
-	$(VENV)/bin/ruff check proxy tests bench grafana setup.py
-	$(VENV)/bin/ruff format --check proxy tests bench grafana setup.py
+	$(VENV)/bin/ruff check ollama_tap tests bench grafana setup.py
+	$(VENV)/bin/ruff format --check ollama_tap tests bench grafana setup.py
 
 typecheck: $(VENV)/.test-deps
 	$(VENV)/bin/mypy

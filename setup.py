@@ -1,9 +1,9 @@
 """Builds the modules every request and token goes through with mypyc (README "Installing";
-the list is proxy.compiled.MODULES).
+the list is ollama_tap.compiled.MODULES).
 
 OLLAMA_TAP_PURE_PYTHON=1 installs them as plain Python, as happens (with a warning) where
 there is no C compiler or no Python headers. Each compiling build records the hashes of
-the sources it compiled (proxy.compiled.RECORD), which the test suite checks.
+the sources it compiled (ollama_tap.compiled.RECORD), which the test suite checks.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))  # proxy.compiled: the module list and the source record
+sys.path.insert(0, str(ROOT))  # ollama_tap.compiled: the module list and the source record
 
-from proxy import compiled  # noqa: E402
+from ollama_tap import compiled  # noqa: E402
 
 
 def _can_compile() -> bool:

@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
-from proxy.metrics.observer import MetricsObserver
-from proxy.names import ModelLabels
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
+from ollama_tap.metrics.observer import MetricsObserver
+from ollama_tap.names import ModelLabels
 
 T0 = 100.0
 SEC = 1_000_000_000

@@ -338,7 +338,8 @@ def tap_command(
     command = [
         python,
         "-m",
-        "proxy",
+        # A build from before the rename (a "before" tree) has the package as `proxy`.
+        "ollama_tap" if (root / "ollama_tap").is_dir() else "proxy",
         "serve",
         "--port",
         str(port),

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from proxy import ollama
-from proxy.exchange import Exchange
+from ollama_tap import ollama
+from ollama_tap.exchange import Exchange
 
 CREATED = b'"created_at":"2026-01-01T00:00:00.000000Z"'
 GENERATE = b'{"model":"bench",' + CREATED + b',"response":" tok","done":false}\n'

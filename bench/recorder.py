@@ -23,10 +23,10 @@ from pathlib import Path
 import orjson
 from prometheus_client import CollectorRegistry
 
-from proxy.config import Settings
-from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
-from proxy.recorder import Recorder
-from proxy.recorder.store import Filters
+from ollama_tap.config import Settings
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.store import Filters
 
 BODY = orjson.dumps(
     {"model": "llama3.2", "messages": [{"role": "user", "content": "why is the sky blue? " * 20}]}

@@ -35,12 +35,12 @@ import psycopg
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from proxy.app import make_app
-from proxy.cli import main as cli
-from proxy.config import Settings
-from proxy.recorder import Recorder
-from proxy.recorder.record import COLUMNS
-from proxy.recorder.store import Filters, Store
+from ollama_tap.app import make_app
+from ollama_tap.cli import main as cli
+from ollama_tap.config import Settings
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.record import COLUMNS
+from ollama_tap.recorder.store import Filters, Store
 from tests.support.postgres import PgServer, binaries
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from proxy.tokens.gguf import read_metadata
-from proxy.tokens.vocab import Vocab
+from ollama_tap.tokens.gguf import read_metadata
+from ollama_tap.tokens.vocab import Vocab
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "testdata" / "vocab"
 LARGEST = "ggml-vocab-deepseek-llm.gguf"  # 102400 tokens, 3.97 MB: the biggest gguf-py reads

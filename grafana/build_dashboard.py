@@ -19,7 +19,7 @@ NATIVE: Final = 'endpoint=~"/api/generate|/api/chat"'
 """The routes with Ollama's phase timings."""
 TOK_S = "suffix: tok/s"
 LOCAL = 'location="local"'
-"""Requests that ran on this Ollama, not proxied to ollama.com (proxy/cloud.py)."""
+"""Requests that ran on this Ollama, not proxied to ollama.com (ollama_tap/cloud.py)."""
 NEWER_OLLAMA = (
     " Needs an Ollama that reports prompt_eval_cached_count (releases with PR #17943);"
     " older ones leave it empty."
@@ -409,7 +409,7 @@ def throughput() -> list[Panel]:
 
 
 def clients() -> list[Panel]:
-    """Who uses the box: the `client` label (proxy/attribution.py) and who is waiting."""
+    """Who uses the box: the `client` label (ollama_tap/attribution.py) and who is waiting."""
     s = sel()
     by_client = sel(model=False, endpoint=False)
     busy = "ollama_tap_client_busy_seconds_total"
@@ -632,7 +632,7 @@ def models() -> list[Panel]:
 
 
 def loads() -> list[Panel]:
-    """Why models (re)load, who makes room for whom, and the time it costs (proxy/loads/)."""
+    """Why models (re)load, who makes room for whom, and the time it costs (ollama_tap/loads/)."""
     m = sel(endpoint=False)
     bars = {"custom": {"drawStyle": "bars", "fillOpacity": 80, "stacking": {"mode": "normal"}}}
     return [

@@ -26,7 +26,7 @@ def _stale_build() -> str | None:
     """Why the compiled modules beside the sources were not built from them as they are,
     if they were not: Python imports an extension module before its .py, so an edit would
     go untested. setup.py records the hashes of the sources a build compiled."""
-    if not any((ROOT / "proxy").rglob("*.so")):
+    if not any((ROOT / "ollama_tap").rglob("*.so")):
         return None
     record = ROOT / compiled.RECORD
     if not record.exists():
@@ -44,8 +44,8 @@ if INTERPRETED:
         filter(None, [str(ROOT / "tests" / "interpreted"), os.environ.get("PYTHONPATH")])
     )
 
-# After the import hook above (proxy.compiled itself is never compiled).
-from proxy import compiled  # noqa: E402
+# After the import hook above (ollama_tap.compiled itself is never compiled).
+from ollama_tap import compiled  # noqa: E402
 
 if not INTERPRETED and (_why := _stale_build()) is not None:
     pytest.exit(
@@ -54,9 +54,9 @@ if not INTERPRETED and (_why := _stale_build()) is not None:
         returncode=2,
     )
 
-from proxy.app import make_app  # noqa: E402
-from proxy.config import Settings  # noqa: E402
-from proxy.relay import make_site  # noqa: E402
+from ollama_tap.app import make_app  # noqa: E402
+from ollama_tap.config import Settings  # noqa: E402
+from ollama_tap.relay import make_site  # noqa: E402
 from tests.support.samples import sample_value  # noqa: E402
 from tests.support.serve_process import ADMIN_TOKEN  # noqa: E402
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from proxy.accesslog import AccessLog
-from proxy.exchange import Outcome
-from proxy.names import ModelLabels
+from ollama_tap.accesslog import AccessLog
+from ollama_tap.exchange import Outcome
+from ollama_tap.names import ModelLabels
 from tests.support.exchanges import new_exchange
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.attempts import LIMIT, WINDOW, FailedAttempts
+from ollama_tap.attempts import LIMIT, WINDOW, FailedAttempts
 from tests.support.clock import FakeClock
 
 

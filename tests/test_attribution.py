@@ -8,9 +8,9 @@ import string
 import pytest
 from pydantic import ValidationError
 
-from proxy.attribution import OTHER, UNKNOWN, ClientNames, parse_rule, product_of
-from proxy.cli import build_parser, settings_from
-from proxy.config import Settings
+from ollama_tap.attribution import OTHER, UNKNOWN, ClientNames, parse_rule, product_of
+from ollama_tap.cli import build_parser, settings_from
+from ollama_tap.config import Settings
 from tests.support.clock import FakeClock
 
 HEADER = "X-Ollama-Tap-Client"

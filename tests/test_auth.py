@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from proxy.auth import COOKIE, CSP, MIN_TOKEN, admin_token, auth_middleware
-from proxy.config import ConfigError, Settings
+from ollama_tap.auth import COOKIE, CSP, MIN_TOKEN, admin_token, auth_middleware
+from ollama_tap.config import ConfigError, Settings
 from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.serve_process import ADMIN_TOKEN

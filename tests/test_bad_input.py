@@ -7,7 +7,7 @@ import asyncio
 import aiohttp
 import pytest
 
-from proxy.exchange import Outcome
+from ollama_tap.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.spy import Spy

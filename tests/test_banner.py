@@ -6,11 +6,11 @@ import copy
 import importlib.machinery
 import pickle
 
-from proxy import compiled
-from proxy.config import Settings
-from proxy.exchange import OutputChunk, OutputKind
-from proxy.relay import tap
-from proxy.serve import banner
+from ollama_tap import compiled
+from ollama_tap.config import Settings
+from ollama_tap.exchange import OutputChunk, OutputKind
+from ollama_tap.relay import tap
+from ollama_tap.serve import banner
 from tests.support.serve_process import ADMIN_TOKEN
 
 

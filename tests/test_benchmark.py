@@ -14,11 +14,11 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
-from proxy.benchmark import run_bench, runner
-from proxy.benchmark.figures import FIGURES, NEEDS_NEWER_OLLAMA, Result, quantile
-from proxy.benchmark.request import Sample, Target
-from proxy.benchmark.runner import Workload
-from proxy.cli import build_parser, main
+from ollama_tap.benchmark import run_bench, runner
+from ollama_tap.benchmark.figures import FIGURES, NEEDS_NEWER_OLLAMA, Result, quantile
+from ollama_tap.benchmark.request import Sample, Target
+from ollama_tap.benchmark.runner import Workload
+from ollama_tap.cli import build_parser, main
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 
@@ -376,7 +376,7 @@ def test_tables_fit_80_columns_without_cutting_numbers() -> None:
     rates are shown compactly."""
     from rich.console import Console
 
-    from proxy.benchmark.report import _number, render
+    from ollama_tap.benchmark.report import _number, render
 
     rate = FIGURES[[f.name for f in FIGURES].index("output_rate")]
     ms = FIGURES[[f.name for f in FIGURES].index("ttft")]
@@ -484,7 +484,7 @@ async def test_an_interrupted_run_reports_what_ended_and_exits_130(
 
 
 def test_a_model_name_is_never_read_as_markup(monkeypatch: pytest.MonkeyPatch) -> None:
-    from proxy.benchmark import _measure
+    from ollama_tap.benchmark import _measure
 
     async def send(session: object, target: Target, prompt: str) -> Sample:
         return Sample(kind="ok")

@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.config import ConfigError, RecordMode, Settings, all_loopback, binds_loopback
-from proxy.serve import _check_bound
+from ollama_tap.config import ConfigError, RecordMode, Settings, all_loopback, binds_loopback
+from ollama_tap.serve import _check_bound
 from tests.conftest import MakeProxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.serve_process import serve

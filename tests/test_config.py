@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 from yarl import URL
 
-from proxy.cli import build_parser, main
-from proxy.config import ConfigError, RecordMode, Settings, parse_ollama_host, resolve_upstream
+from ollama_tap.cli import build_parser, main
+from ollama_tap.config import ConfigError, RecordMode, Settings, parse_ollama_host, resolve_upstream
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.framing import LineSplitter, SseEvent, SseSplitter
+from ollama_tap.framing import LineSplitter, SseEvent, SseSplitter
 
 
 def pieces_of(stream: bytes, cuts: list[int]) -> list[bytes]:

@@ -7,8 +7,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from proxy.exchange import Exchange, OutputChunk, OutputKind
-from proxy.hooks import Hooks
+from ollama_tap.exchange import Exchange, OutputChunk, OutputKind
+from ollama_tap.hooks import Hooks
 from tests.support.exchanges import new_exchange
 
 
@@ -90,8 +90,8 @@ def test_note_outputs_equals_note_output_piece_by_piece() -> None:
 
 
 def test_metrics_gaps_are_the_same_batched_or_one_by_one() -> None:
-    from proxy.metrics.observer import MetricsObserver
-    from proxy.names import ModelLabels
+    from ollama_tap.metrics.observer import MetricsObserver
+    from ollama_tap.names import ModelLabels
 
     times = [0.10, 0.10, 0.10, 0.25, 0.31, 0.31, 0.90]
     reads = [[0.10, 0.10, 0.10], [0.25], [0.31, 0.31], [0.90]]

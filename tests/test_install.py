@@ -79,7 +79,7 @@ def test_make_run_falls_back_to_the_interpreted_build(clone: Path) -> None:
     assert f'export PATH="{venv_bin}:$PATH"' in proc.stdout
     assert "pipx install ." in proc.stdout
     assert "Listen for Ollama clients" in proc.stdout  # `serve --help` ran
-    assert not list((clone / "proxy").rglob("*.so"))
+    assert not list((clone / "ollama_tap").rglob("*.so"))
 
     proc = make(clone, *run, OLLAMA_TAP_PURE_PYTHON="1")
     assert proc.returncode == 0, proc.stderr
@@ -96,7 +96,7 @@ def test_make_run_compiles_the_fast_path_without_the_extras(clone: Path) -> None
     assert proc.returncode == 0, proc.stderr
     assert "compiling the fast path" in proc.stdout
     assert "interpreted build" not in proc.stdout, (clone / ".venv/compile.log").read_text()
-    assert list((clone / "proxy" / "relay").glob("tap.*.so"))
+    assert list((clone / "ollama_tap" / "relay").glob("tap.*.so"))
     assert "Listen for Ollama clients" in proc.stdout
     python = clone / ".venv" / "bin" / "python"
     for extra in ("opentelemetry.sdk", "psycopg"):

@@ -1,4 +1,4 @@
-"""The shape of `proxy/`: no import cycles and no module over MAX_LINES lines."""
+"""The shape of `ollama_tap/`: no import cycles and no module over MAX_LINES lines."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-PACKAGE: Final = Path(__file__).resolve().parent.parent / "proxy"
+PACKAGE: Final = Path(__file__).resolve().parent.parent / "ollama_tap"
 MAX_LINES: Final = 400
 
 
@@ -32,7 +32,8 @@ def imported(name: str, tree: ast.AST) -> Iterator[str]:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
             for alias in node.names:
-                # `from proxy import ollama` imports the module; `from proxy.x import f`, x.
+                # `from ollama_tap import ollama` imports the module;
+                # `from ollama_tap.x import f`, x.
                 submodule = f"{base}.{alias.name}"
                 yield from _known(submodule if submodule in MODULES else base)
 
@@ -108,22 +109,22 @@ def test_no_module_over_max_lines() -> None:
 def test_the_graph_sees_every_kind_of_import() -> None:
     source = """
 from typing import TYPE_CHECKING
-import proxy.names
-from proxy import exchange
+import ollama_tap.names
+from ollama_tap import exchange
 from . import framing
 from .tokens.store import ModelStore
 if TYPE_CHECKING:
-    from proxy.config import Settings
+    from ollama_tap.config import Settings
 def lazy() -> None:
-    from proxy.recorder import Recorder
+    from ollama_tap.recorder import Recorder
 """
-    found = set(imported("proxy.app", ast.parse(source)))
+    found = set(imported("ollama_tap.app", ast.parse(source)))
     assert found == {
-        "proxy.names",
-        "proxy.exchange",
-        "proxy.framing",
-        "proxy.tokens.store",
-        "proxy.config",
-        "proxy.recorder",
+        "ollama_tap.names",
+        "ollama_tap.exchange",
+        "ollama_tap.framing",
+        "ollama_tap.tokens.store",
+        "ollama_tap.config",
+        "ollama_tap.recorder",
     }
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]

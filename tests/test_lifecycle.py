@@ -14,7 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
-from proxy.recorder.store import Filters, Store
+from ollama_tap.recorder.store import Filters, Store
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.serve_process import ADMIN_TOKEN, serve
 
@@ -29,7 +29,7 @@ def test_a_busy_port_is_one_line_naming_the_holder_and_the_fix(tmp_path: Path) -
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
         proc = subprocess.run(
-            [sys.executable, "-m", "proxy", "serve", "--port", str(port)],
+            [sys.executable, "-m", "ollama_tap", "serve", "--port", str(port)],
             env=env, capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
         took = time.monotonic() - started

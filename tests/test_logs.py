@@ -14,7 +14,7 @@ import pytest
 import structlog
 from aiohttp.http_exceptions import LineTooLong
 
-from proxy import logs
+from ollama_tap import logs
 from tests.support.fake_ollama import FakeOllama
 from tests.support.serve_process import ADMIN_TOKEN, serve
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from proxy.exchange import Exchange, Usage
-from proxy.measures import COLD_START_NS, cold_start, ctx_class, request_num_ctx, timings
+from ollama_tap.exchange import Exchange, Usage
+from ollama_tap.measures import COLD_START_NS, cold_start, ctx_class, request_num_ctx, timings
 
 SEC = 1_000_000_000
 T0 = 100.0

@@ -8,7 +8,7 @@ import string
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.names import OTHER, ModelLabels, canonical_model, is_valid_name, model_key
+from ollama_tap.names import OTHER, ModelLabels, canonical_model, is_valid_name, model_key
 from tests.support.exchanges import new_exchange
 
 
@@ -226,7 +226,7 @@ def test_ten_thousand_random_names_stay_bounded() -> None:
 
 
 def test_recordable_keeps_only_names_ollama_would_accept() -> None:
-    from proxy.names import recordable
+    from ollama_tap.names import recordable
 
     assert recordable("llama3.2") == "llama3.2:latest"
     assert recordable(None) is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.sessions import LIFETIME, Sessions
+from ollama_tap.sessions import LIFETIME, Sessions
 from tests.support.clock import FakeClock
 
 

@@ -8,7 +8,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from proxy.auth import CSP, auth_middleware
+from ollama_tap.auth import CSP, auth_middleware
 
 Client = TestClient[web.Request, web.Application]
 BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"

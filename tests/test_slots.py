@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.slots import IDLE_RELEASE, LabelSlots
+from ollama_tap.slots import IDLE_RELEASE, LabelSlots
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Recorded text on a terminal: escape sequences shown, never run (proxy/terminal.py)."""
+"""Recorded text on a terminal: escape sequences shown, never run (ollama_tap/terminal.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from proxy.terminal import escaped, printable
+from ollama_tap.terminal import escaped, printable
 
 OUTPUT = "ok\x1b]52;c;cGF5bG9hZA==\x07\x1b[2J\u202edone\x9b\tand\nmore"
 
@@ -27,8 +27,8 @@ def test_only_a_terminal_gets_the_escapes() -> None:
 
 def test_token_pieces_are_escaped_even_piped(capsys: pytest.CaptureFixture[str]) -> None:
     # `decode --tokens` prints a table of pieces: a byte-fallback <0x1B> piece is an ESC.
-    from proxy.cli.decode import _print_pieces
-    from proxy.tokens.detok import Piece
+    from ollama_tap.cli.decode import _print_pieces
+    from ollama_tap.tokens.detok import Piece
 
     _print_pieces([Piece(7, "\x1b[31mred\n", "byte")])
     out = capsys.readouterr().out

@@ -14,12 +14,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
-from proxy.config import Settings
-from proxy.exchange import Outcome, Usage
-from proxy.loads.tracker import LoadTracker
-from proxy.metrics.observer import MetricsObserver
-from proxy.names import ModelLabels
-from proxy.upstream import UpstreamPoller
+from ollama_tap.config import Settings
+from ollama_tap.exchange import Outcome, Usage
+from ollama_tap.loads.tracker import LoadTracker
+from ollama_tap.metrics.observer import MetricsObserver
+from ollama_tap.names import ModelLabels
+from ollama_tap.upstream import UpstreamPoller
 from tests.support.exchanges import new_exchange
 
 DIGEST_A, DIGEST_B, DIGEST_A2 = "a" * 64, "b" * 64, "c" * 64

@@ -10,8 +10,8 @@ import aiohttp
 import orjson
 import pytest
 
-from proxy.cli import build_parser, main
-from proxy.config import Settings
+from ollama_tap.cli import build_parser, main
+from ollama_tap.config import Settings
 from tests.conftest import MakeProxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.records import records

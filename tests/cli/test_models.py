@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from proxy.cli import main, models
-from proxy.tokens.store import Advance, Inspection, ModelStore, Watch, inspect, unwatched
+from ollama_tap.cli import main, models
+from ollama_tap.tokens.store import Advance, Inspection, ModelStore, Watch, inspect, unwatched
 from tests.tokens.synth import add_model, gguf_bytes, vocab_kv
 
 

@@ -14,10 +14,10 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.cli.figures import seconds
-from proxy.exchange import Outcome, Usage
-from proxy.recorder import Recorder
-from proxy.recorder.store import Filters, Store
+from ollama_tap.cli.figures import seconds
+from ollama_tap.exchange import Outcome, Usage
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.store import Filters, Store
 from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage, pieces
 
 COLD = Usage(
@@ -54,7 +54,7 @@ def db(tmp_path: Path) -> Path:
 
 def cli(*argv: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", *argv],
+        [sys.executable, "-m", "ollama_tap", *argv],
         capture_output=True,
         text=True,
         check=True,
@@ -71,7 +71,7 @@ def in_tmux(tmp_path: Path, argv: list[str]) -> list[str]:
     sock = str(tmp_path / "tmux.sock")
     env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "LINES", "TMUX"}}
     done = tmp_path / "done"
-    command = " ".join([sys.executable, "-m", "proxy", *argv]) + f"; touch {done}; sleep 60"
+    command = " ".join([sys.executable, "-m", "ollama_tap", *argv]) + f"; touch {done}; sleep 60"
     tmux = ["tmux", "-S", sock, "-f", "/dev/null"]
     start = [*tmux, "new-session", "-d", "-x", "80", "-y", "24", command]
     subprocess.run(start, check=True, env=env, timeout=20)
@@ -128,7 +128,7 @@ def test_a_short_id_from_the_list_opens_the_record(db: Path) -> None:
     assert shown == Store(db).get(newest["id"])
     given = newest["id"][:-2]  # the start of the ids of 1 to 13
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", "records", "show", "--db", str(db), given],
+        [sys.executable, "-m", "ollama_tap", "records", "show", "--db", str(db), given],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 1 and "is more than one record" in done.stderr

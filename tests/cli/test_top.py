@@ -30,7 +30,7 @@ def top(proxy: Proxy, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "proxy",
+        "ollama_tap",
         "top",
         "--url",
         proxy.url,
@@ -83,7 +83,7 @@ async def test_once_prints_one_frame_in_80_columns(proxy: Proxy, two_in_flight: 
 
 async def test_once_names_the_fix_when_the_token_is_wrong(proxy: Proxy) -> None:
     code, out, err = await run(
-        sys.executable, "-m", "proxy", "top", "--once", "--url", proxy.url, "--token", "x" * 40
+        sys.executable, "-m", "ollama_tap", "top", "--once", "--url", proxy.url, "--token", "x" * 40
     )
     assert code == 1 and out == ""
     assert "refused the admin token; pass --token or set OLLAMA_TAP_ADMIN_TOKEN" in err
@@ -91,7 +91,7 @@ async def test_once_names_the_fix_when_the_token_is_wrong(proxy: Proxy) -> None:
 
 async def test_once_names_the_fix_when_nothing_listens() -> None:
     code, _, err = await run(
-        sys.executable, "-m", "proxy", "top", "--once", "--url", "http://127.0.0.1:9"
+        sys.executable, "-m", "ollama_tap", "top", "--once", "--url", "http://127.0.0.1:9"
     )
     assert code == 1 and "is `ollama-tap serve` running?" in err
 

@@ -44,6 +44,6 @@ def test_shape() -> None:
 def test_build_context_holds_only_the_package() -> None:
     ignore = (REPO / ".dockerignore").read_text().split()
     assert ignore[ignore.index("*") :][:1] == ["*"], "everything is excluded first"
-    for needed in ("!pyproject.toml", "!setup.py", "!README.md", "!proxy/"):
+    for needed in ("!pyproject.toml", "!setup.py", "!README.md", "!ollama_tap/"):
         assert needed in ignore
     assert "**/*.so" in ignore, "a development tree's in-place build stays out"

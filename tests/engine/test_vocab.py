@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.cli import main
+from ollama_tap.cli import main
 from tests.engine.conftest import Engine
 from tests.engine.provision import GEMMA_SHA256
 from tests.tokens.synth import add_model

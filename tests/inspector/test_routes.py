@@ -8,9 +8,9 @@ import aiohttp
 import pytest
 from yarl import URL
 
-from proxy.auth import CSP
-from proxy.exchange import Outcome, OutputKind
-from proxy.inspector import STATIC, load_assets
+from ollama_tap.auth import CSP
+from ollama_tap.exchange import Outcome, OutputKind
+from ollama_tap.inspector import STATIC, load_assets
 from tests.conftest import Proxy
 from tests.support.serve_process import ADMIN_TOKEN
 

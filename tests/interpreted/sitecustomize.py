@@ -25,7 +25,7 @@ class SourcesFirst(importlib.abc.MetaPathFinder):
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if name != "proxy" and not name.startswith("proxy."):
+        if name != "ollama_tap" and not name.startswith("ollama_tap."):
             return None
         base = ROOT.joinpath(*name.split("."))
         if (init := base / "__init__.py").exists():

@@ -15,9 +15,9 @@ import ollama
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.app import LOADS
-from proxy.cli import main
-from proxy.exchange import Exchange
+from ollama_tap.app import LOADS
+from ollama_tap.cli import main
+from ollama_tap.exchange import Exchange
 from tests.conftest import MakeProxy, Proxy
 from tests.inspector.browser import Page
 from tests.support.fake_ollama import FakeOllama

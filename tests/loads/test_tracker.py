@@ -11,10 +11,10 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.exchange import Outcome, RequestFields, Usage
-from proxy.loads.tracker import RECORD_KEY, LoadTracker
-from proxy.names import ModelLabels
-from proxy.ollama.state import LoadedModel
+from ollama_tap.exchange import Outcome, RequestFields, Usage
+from ollama_tap.loads.tracker import RECORD_KEY, LoadTracker
+from ollama_tap.names import ModelLabels
+from ollama_tap.ollama.state import LoadedModel
 from tests.support.exchanges import new_exchange
 
 A, B = "llama3.2:latest", "qwen3:8b"

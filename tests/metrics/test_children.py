@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from proxy.metrics import families as table
-from proxy.metrics.families import Family
-from proxy.metrics.histogram import LoopHistogram
-from proxy.metrics.registered import Children, RequestMetrics
+from ollama_tap.metrics import families as table
+from ollama_tap.metrics.families import Family
+from ollama_tap.metrics.histogram import LoopHistogram
+from ollama_tap.metrics.registered import Children, RequestMetrics
 
 
 def test_children_are_the_familys_own_and_made_on_first_lookup() -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from proxy.app import make_app
-from proxy.config import Settings
-from proxy.metrics import families
-from proxy.metrics.families import Family
+from ollama_tap.app import make_app
+from ollama_tap.config import Settings
+from ollama_tap.metrics import families
+from ollama_tap.metrics.families import Family
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SECTION = "## Metric reference"

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from proxy.metrics.histogram import LoopHistogram
+from ollama_tap.metrics.histogram import LoopHistogram
 
 BUCKETS = (0.0005, 0.001, 0.005, 0.1, 1, 10)
 GAPS = [0.0001, 0.0005, 0.0007, 0.001, 0.004, 0.2, 0.2, 3.0, 10.0, 42.0]

@@ -14,7 +14,7 @@ import ollama
 import openai
 import pytest
 
-from proxy.names import ModelLabels
+from ollama_tap.names import ModelLabels
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.fake_ollama.models import new_model

@@ -14,9 +14,9 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
-from proxy.metrics.observer import MetricsObserver, metrics_handler
-from proxy.names import ModelLabels
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind, Usage
+from ollama_tap.metrics.observer import MetricsObserver, metrics_handler
+from ollama_tap.names import ModelLabels
 from tests.support.exchanges import new_exchange
 from tests.support.samples import sample_value
 

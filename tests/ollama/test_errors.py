@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy import ollama
+from ollama_tap import ollama
 
 
 def test_error_body_native() -> None:

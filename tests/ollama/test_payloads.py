@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proxy.ollama.payloads import (
+from ollama_tap.ollama.payloads import (
     COUNT_MAX,
     bool_or_none,
     count_or_none,

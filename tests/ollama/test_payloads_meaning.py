@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy import ollama
+from ollama_tap import ollama
 from tests.support.reading import make_exchange, ndjson, read
 
 # --- Error bodies.

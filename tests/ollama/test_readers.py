@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import ollama
-from proxy.exchange import Usage
+from ollama_tap import ollama
+from ollama_tap.exchange import Usage
 from tests.support.ollama_replies import (
     F1,
     F2,
@@ -374,7 +374,7 @@ def test_random_bytes_never_raise(
 def test_a_line_past_the_cap_is_skipped_and_the_stream_read_on(
     endpoint: str, content_type: str, line: bytes, final: bytes
 ) -> None:
-    from proxy.framing import MAX_LINE
+    from ollama_tap.framing import MAX_LINE
 
     ex = make_exchange(endpoint, content_type)
     piece = 64 * 1024

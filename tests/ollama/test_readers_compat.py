@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.exchange import Usage
+from ollama_tap.exchange import Usage
 from tests.support.ollama_replies import F12
 from tests.support.reading import SSE, TOOL, C, T, make_exchange, pieces, read, sse
 

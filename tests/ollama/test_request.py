@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy import ollama
+from ollama_tap import ollama
 
 # --- Request fields.
 

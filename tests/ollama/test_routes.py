@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy import ollama
+from ollama_tap import ollama
 
 STATIC_ROUTES = sorted(ollama.ENDPOINTS - {"/api/blobs/:digest", "/v1/models/:model"})
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, Settings
-from proxy.otel.config import GRPC, HTTP, Semconv, otel_config
+from ollama_tap.config import ConfigError, Settings
+from ollama_tap.otel.config import GRPC, HTTP, Semconv, otel_config
 from tests.conftest import ROOT
 
 
@@ -68,7 +68,7 @@ def test_content_follows_the_privacy_mode_and_semconv_the_opt_in() -> None:
 
 def _loaded_after_make_app(env: dict[str, str], db: Path) -> str:
     code = (
-        "import sys; from proxy.app import make_app; from proxy.config import Settings; "
+        "import sys; from ollama_tap.app import make_app; from ollama_tap.config import Settings; "
         "make_app(Settings(db=sys.argv[1])); "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind
-from proxy.otel import semconv as sc
-from proxy.otel.content import OUTPUT_CAP, input_attributes, output_attributes
-from proxy.otel.spans import error_type, request_parameters, wall_ns
-from proxy.recorder import Recorder
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind
+from ollama_tap.otel import semconv as sc
+from ollama_tap.otel.content import OUTPUT_CAP, input_attributes, output_attributes
+from ollama_tap.otel.spans import error_type, request_parameters, wall_ns
+from ollama_tap.recorder import Recorder
 from tests.recorder.factory import make_settings
 from tests.support.exchanges import new_exchange
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ollama
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 
-from proxy.otel import metrics as om
+from ollama_tap.otel import metrics as om
 from tests.conftest import MakeProxy
 from tests.otel.receiver import Receiver, attributes
 from tests.support.fake_ollama import FakeOllama, Script

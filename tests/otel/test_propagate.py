@@ -7,9 +7,9 @@ import aiohttp
 import ollama
 import pytest
 
-from proxy.ollama.routes import ENDPOINTS
-from proxy.otel.semconv import operation_of
-from proxy.relay.trace_context import parse_traceparent, spanned
+from ollama_tap.ollama.routes import ENDPOINTS
+from ollama_tap.otel.semconv import operation_of
+from ollama_tap.relay.trace_context import parse_traceparent, spanned
 from tests.conftest import MakeProxy, Proxy
 from tests.otel.receiver import Receiver
 from tests.otel.test_spans import spans_of

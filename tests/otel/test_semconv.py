@@ -12,7 +12,7 @@ from opentelemetry.semconv.attributes import (
     url_attributes,
 )
 
-from proxy.otel import semconv as sc
+from ollama_tap.otel import semconv as sc
 
 PINNED = {
     sc.OPERATION: genai.GEN_AI_OPERATION_NAME,

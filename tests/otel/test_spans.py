@@ -10,8 +10,8 @@ import openai
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
-from proxy.app import HOOKS, OTEL
-from proxy.hooks import observer_name
+from ollama_tap.app import HOOKS, OTEL
+from ollama_tap.hooks import observer_name
 from tests.conftest import MakeProxy, Proxy
 from tests.otel.receiver import Receiver
 from tests.support.fake_ollama import FakeOllama, Script

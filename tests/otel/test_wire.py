@@ -1,4 +1,4 @@
-"""The request body proxy/otel/wire.py writes decodes, with the official opentelemetry-proto
+"""The request body ollama_tap/otel/wire.py writes decodes, with the official opentelemetry-proto
 messages, to exactly what the SDK's own encoder makes of the same spans."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from proxy.otel.emit import Emitter, SpanIds
-from proxy.otel.encode import WireExporter, request_body
+from ollama_tap.otel.emit import Emitter, SpanIds
+from ollama_tap.otel.encode import WireExporter, request_body
 
 RESOURCE = Resource({"service.name": "ollama-tap", "service.version": "1.2"}, "https://s/1")
 OTHER = Resource({"service.name": "other"})

@@ -11,8 +11,8 @@ import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
 from prometheus_client import CollectorRegistry
 
-from proxy.config import Settings
-from proxy.recorder import Recorder
+from ollama_tap.config import Settings
+from ollama_tap.recorder import Recorder
 from tests.recorder.factory import make_settings
 from tests.support.postgres import PgServer, pg_server, pg_url
 
@@ -22,7 +22,7 @@ __all__ = ["pg_server", "pg_url"]  # fixtures, for the tests of this folder
 @pytest.fixture
 def blockbuster() -> Iterator[BlockBuster]:
     """Fails any blocking call (file, socket, sqlite, sleep) made on the loop by proxy code."""
-    with blockbuster_ctx(["proxy"]) as bb:
+    with blockbuster_ctx(["ollama_tap"]) as bb:
         yield bb
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from proxy.config import Settings
-from proxy.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
-from proxy.recorder import Recorder
+from ollama_tap.config import Settings
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields, Usage
+from ollama_tap.recorder import Recorder
 from tests.support.exchanges import new_exchange
 
 WALL0 = 1_750_000_000.0

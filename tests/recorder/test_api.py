@@ -9,10 +9,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from proxy.auth import CSP, auth_middleware
-from proxy.exchange import Outcome
-from proxy.recorder import Recorder
-from proxy.recorder.api import add_routes
+from ollama_tap.auth import CSP, auth_middleware
+from ollama_tap.exchange import Outcome
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.api import add_routes
 from tests.recorder.factory import WALL0, chat_body, drive, exchange, pieces
 
 pytestmark = pytest.mark.usefixtures("blockbuster")

@@ -12,12 +12,12 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.cli import main
-from proxy.recorder import Recorder
-from proxy.recorder.api import filters_of
-from proxy.recorder.export import har, write_jsonl
-from proxy.recorder.schema import MIGRATIONS, VERSION, open_writer
-from proxy.recorder.store import Filters
+from ollama_tap.cli import main
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.api import filters_of
+from ollama_tap.recorder.export import har, write_jsonl
+from ollama_tap.recorder.schema import MIGRATIONS, VERSION, open_writer
+from ollama_tap.recorder.store import Filters
 from tests.recorder.factory import chat_body, drive, exchange, make_settings
 
 

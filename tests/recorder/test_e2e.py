@@ -15,7 +15,7 @@ import orjson
 import pytest
 from yarl import URL
 
-from proxy.recorder.store import Filters, Store
+from ollama_tap.recorder.store import Filters, Store
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.records import AUTH, records

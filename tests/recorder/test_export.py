@@ -13,11 +13,11 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.cli import main
-from proxy.exchange import Outcome
-from proxy.recorder import Recorder
-from proxy.recorder.export import write_jsonl
-from proxy.recorder.store import Filters
+from ollama_tap.cli import main
+from ollama_tap.exchange import Outcome
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.export import write_jsonl
+from ollama_tap.recorder.store import Filters
 from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage, pieces
 
 _NAME_VALUE = {

@@ -9,11 +9,11 @@ import orjson
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.credentials import REDACTED, is_credential_name
-from proxy.exchange import OutputChunk, OutputKind
-from proxy.recorder import redact
-from proxy.recorder.redact import HEADER_ALLOW, allowed_headers, omitted, scrub
-from proxy.recorder.timeline import TEXT_CAP, Timeline, unpack
+from ollama_tap.credentials import REDACTED, is_credential_name
+from ollama_tap.exchange import OutputChunk, OutputKind
+from ollama_tap.recorder import redact
+from ollama_tap.recorder.redact import HEADER_ALLOW, allowed_headers, omitted, scrub
+from ollama_tap.recorder.timeline import TEXT_CAP, Timeline, unpack
 
 PNG = "aGVsbG8gd29ybGQ="
 TOOL = {

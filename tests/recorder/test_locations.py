@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import Settings
-from proxy.credentials import redacted_url
-from proxy.serve import banner
+from ollama_tap.config import Settings
+from ollama_tap.credentials import redacted_url
+from ollama_tap.serve import banner
 
 
 def test_db_is_a_file_or_a_postgres_url(monkeypatch: pytest.MonkeyPatch) -> None:

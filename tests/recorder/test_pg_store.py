@@ -13,15 +13,15 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.metrics.registered import RecorderMetrics
-from proxy.recorder import Recorder
-from proxy.recorder.backend import RowsRefused
-from proxy.recorder.pg_schema import RETENTION_LOCK, VERSION
-from proxy.recorder.pg_sink import PRUNE_BATCH, PostgresSink
-from proxy.recorder.retention import Retention
-from proxy.recorder.schema import SchemaError
-from proxy.recorder.store import Filters, Store
-from proxy.recorder.stores import sink_for
+from ollama_tap.metrics.registered import RecorderMetrics
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.backend import RowsRefused
+from ollama_tap.recorder.pg_schema import RETENTION_LOCK, VERSION
+from ollama_tap.recorder.pg_sink import PRUNE_BATCH, PostgresSink
+from ollama_tap.recorder.retention import Retention
+from ollama_tap.recorder.schema import SchemaError
+from ollama_tap.recorder.store import Filters, Store
+from ollama_tap.recorder.stores import sink_for
 from tests.recorder.conftest import sample
 from tests.recorder.factory import (
     WALL0,
@@ -123,7 +123,7 @@ def test_another_programs_records_table_is_refused(pg_url: str) -> None:
 def _rows(sink: PostgresSink, n: int, *, started: float, nbytes: int = 1000) -> None:
     rec = Recorder(make_settings(Path("/nonexistent")), CollectorRegistry())
     assert rec.writer is not None
-    from proxy.recorder.record import to_row
+    from ollama_tap.recorder.record import to_row
 
     rows = []
     for i in range(n):

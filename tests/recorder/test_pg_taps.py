@@ -17,9 +17,9 @@ import orjson
 import psycopg
 import pytest
 
-from proxy.cli import main
-from proxy.recorder.pg_schema import VERSION
-from proxy.recorder.store import Filters, Store
+from ollama_tap.cli import main
+from ollama_tap.recorder.pg_schema import VERSION
+from ollama_tap.recorder.store import Filters, Store
 from tests.conftest import MakeProxy
 from tests.recorder.test_pg_store import own_server  # noqa: F401 - the fixture
 from tests.support.fake_ollama import FakeOllama

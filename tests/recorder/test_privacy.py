@@ -13,13 +13,13 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.config import Settings
-from proxy.credentials import is_credential_name, redacted_path, redacted_query
-from proxy.exchange import Outcome
-from proxy.recorder import Recorder
-from proxy.recorder.export import har, write_jsonl
-from proxy.recorder.redact import BODY_CAP, scrub
-from proxy.recorder.store import Filters
+from ollama_tap.config import Settings
+from ollama_tap.credentials import is_credential_name, redacted_path, redacted_query
+from ollama_tap.exchange import Outcome
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.export import har, write_jsonl
+from ollama_tap.recorder.redact import BODY_CAP, scrub
+from ollama_tap.recorder.store import Filters
 from tests.recorder.conftest import raw_bytes
 from tests.recorder.factory import (
     SECRET_HEADER,

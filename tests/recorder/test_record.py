@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.exchange import Outcome, Usage
-from proxy.recorder import Recorder
-from proxy.recorder.store import Filters
+from ollama_tap.exchange import Outcome, Usage
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.store import Filters
 from tests.recorder.factory import (
     chat_body,
     drive,

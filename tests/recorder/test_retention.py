@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.recorder import Recorder
-from proxy.recorder.retention import Retention, prune, used_bytes
-from proxy.recorder.schema import open_writer
-from proxy.recorder.store import Filters
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.retention import Retention, prune, used_bytes
+from ollama_tap.recorder.schema import open_writer
+from ollama_tap.recorder.store import Filters
 from tests.recorder.factory import WALL0, chat_body, drive, exchange, make_settings
 
 pytestmark = pytest.mark.usefixtures("blockbuster")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.recorder import Recorder
-from proxy.recorder.schema import VERSION, WAL_LIMIT, SchemaError, open_writer
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.schema import VERSION, WAL_LIMIT, SchemaError, open_writer
 from tests.recorder.factory import WALL0, make_settings, stored
 
 # The v1 schema exactly as it shipped (frozen here on purpose: the test builds the old
@@ -125,7 +125,7 @@ def test_serve_names_a_corrupt_database_in_one_line(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     done = subprocess.run(
-        [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--db", str(path)],
+        [sys.executable, "-m", "ollama_tap", "serve", "--port", str(port), "--db", str(path)],
         capture_output=True,
         text=True,
         timeout=60,

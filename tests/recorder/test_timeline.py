@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-from proxy.exchange import OutputChunk, OutputKind
-from proxy.recorder import Recorder
-from proxy.recorder.timeline import TEXT_CAP, Timeline, unpack
+from ollama_tap.exchange import OutputChunk, OutputKind
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.timeline import TEXT_CAP, Timeline, unpack
 from tests.recorder.factory import chat_body, drive, exchange, pieces, stored
 
 pytestmark = pytest.mark.usefixtures("blockbuster")

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from proxy.recorder.store import Filters, Store
+from ollama_tap.recorder.store import Filters, Store
 from tests.conftest import MakeProxy
 from tests.support.serve_process import free_port
 from tests.support.waiting import eventually

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.recorder import Recorder
-from proxy.recorder.store import Filters
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.store import Filters
 from tests.recorder.conftest import sample
 from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage
 from tests.support.waiting import eventually
@@ -87,7 +87,7 @@ async def test_file_is_private(tmp_path: Path) -> None:
 async def test_the_queue_is_bounded_by_bytes_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from proxy.recorder import writer
+    from ollama_tap.recorder import writer
 
     monkeypatch.setattr(writer, "QUEUE_BYTES", 3 * 1024 * 1024)
     registry = CollectorRegistry()
@@ -109,7 +109,7 @@ async def test_the_queue_is_bounded_by_bytes_too(
 async def test_the_writer_survives_a_failing_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from proxy.recorder.writer import Writer
+    from ollama_tap.recorder.writer import Writer
 
     rec, registry = await _started(tmp_path)
     failures = iter([OSError("disk went away")])
@@ -183,7 +183,7 @@ async def test_an_idle_writer_sleeps_until_a_record_comes(
 ) -> None:
     # It used to wake every 50 ms to find nothing, taking the GIL from the event loop each
     # time; now a record wakes it, and only the first of a batch needs to.
-    from proxy.recorder import writer
+    from ollama_tap.recorder import writer
 
     rounds = _count_rounds(monkeypatch)
     monkeypatch.setattr(writer, "FLUSH_EVERY", 1.0)  # the batch's gathering: ample time
@@ -202,7 +202,7 @@ async def test_a_failing_prune_is_not_retried_at_once(
 ) -> None:
     # With the prune due and failing (a replaced file that cannot be reopened, say), each
     # round used to run straight into the next: the thread spun, logging each time.
-    from proxy.recorder import writer
+    from ollama_tap.recorder import writer
 
     rec, registry = await _started(tmp_path)
     rounds = _count_rounds(monkeypatch)
@@ -240,7 +240,7 @@ async def test_a_write_is_measured_even_when_none_follows(tmp_path: Path) -> Non
 
 def _count_rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The writer's rounds from here on, each as the records queued when it began."""
-    from proxy.recorder.writer import Writer
+    from ollama_tap.recorder.writer import Writer
 
     rounds: list[int] = []
     real_round = Writer._round

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.exchange import Outcome
+from ollama_tap.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
 from tests.support.spy import Spy
 
@@ -89,7 +89,10 @@ async def test_lines_of_several_megabytes(scripted: tuple[ScriptedUpstream, Prox
     big = b'{"model":"m","response":"' + b"x" * (6 << 20) + b'","done":false}\n'
     final = b'{"model":"m","done":true,"eval_count":1}\n'
     up.pieces = [big[i : i + 70_000] for i in range(0, len(big), 70_000)] + [final]
-    async with aiohttp.ClientSession() as s, s.post(proxy.url + "/api/generate", data=b"{}") as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(proxy.url + "/api/generate", data=b"{}") as r,
+    ):
         assert await r.read() == big + final
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from yarl import URL
 
-from proxy.exchange import Outcome
-from proxy.relay.http1 import clients
+from ollama_tap.exchange import Outcome
+from ollama_tap.relay.http1 import clients
 from tests.conftest import MakeProxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.serve_process import serve

@@ -13,12 +13,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.exchange import Outcome
-from proxy.relay import FRONT
-from proxy.relay.headers import UpstreamTarget
-from proxy.relay.http1 import server
-from proxy.relay.http1.pool import UpstreamPool
-from proxy.relay.http1.request import FrontRequest
+from ollama_tap.exchange import Outcome
+from ollama_tap.relay import FRONT
+from ollama_tap.relay.headers import UpstreamTarget
+from ollama_tap.relay.http1 import server
+from ollama_tap.relay.http1.pool import UpstreamPool
+from ollama_tap.relay.http1.request import FrontRequest
 from tests.conftest import MakeProxy
 from tests.support.serve_process import serve
 from tests.support.spy import Spy

@@ -17,7 +17,7 @@ from typing import Final
 import ollama
 import pytest
 
-from proxy.exchange import Outcome
+from ollama_tap.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
 from tests.support.records import records
 from tests.support.relaying import RELAYS, RawHandler, read_head

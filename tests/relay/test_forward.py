@@ -10,7 +10,7 @@ import aiohttp
 import orjson
 import pytest
 
-from proxy.exchange import Outcome
+from ollama_tap.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.spy import Spy

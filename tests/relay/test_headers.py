@@ -7,7 +7,7 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy.relay.headers import (
+from ollama_tap.relay.headers import (
     LAST_CHUNK,
     UpstreamTarget,
     chunk_frames,

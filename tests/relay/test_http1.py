@@ -20,14 +20,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from proxy.exchange import Exchange, Outcome
-from proxy.relay import FRONT
-from proxy.relay.aiohttp_relay import AiohttpRelay
-from proxy.relay.http1.pool import UpstreamConnection
-from proxy.relay.http1.relay import Http1Relay
-from proxy.relay.http1.reply import Reply
-from proxy.relay.http1.server import FrontConnection
-from proxy.relay.tap import Relay, Tap, Tapped
+from ollama_tap.exchange import Exchange, Outcome
+from ollama_tap.relay import FRONT
+from ollama_tap.relay.aiohttp_relay import AiohttpRelay
+from ollama_tap.relay.http1.pool import UpstreamConnection
+from ollama_tap.relay.http1.relay import Http1Relay
+from ollama_tap.relay.http1.reply import Reply
+from ollama_tap.relay.http1.server import FrontConnection
+from ollama_tap.relay.tap import Relay, Tap, Tapped
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.relaying import (
@@ -159,7 +159,7 @@ async def test_an_upload_answered_early_that_stalls_loses_its_connection(
 ) -> None:
     """Ollama answers before the body ended; the rest is read and dropped for the
     lingering time (aiohttp's rule), then a client that stopped sending is cut."""
-    from proxy.relay.http1 import server
+    from ollama_tap.relay.http1 import server
 
     monkeypatch.setattr(server, "LINGER_SECONDS", 0.3)
 
@@ -239,7 +239,7 @@ async def test_a_head_that_failed_is_not_announced(
 ) -> None:
     """A bug while taking the reply's head ends the exchange as `proxy_error` with a 500:
     observers are not told of a head (and status) the client never got."""
-    from proxy.relay.http1 import relay
+    from ollama_tap.relay.http1 import relay
 
     def broken(*args: Any) -> tuple[bytes, bool]:
         raise RuntimeError("a bug")
@@ -475,7 +475,7 @@ async def test_an_exchange_ended_by_a_bug_of_ours_is_freed_too(
     proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bug a relay keeps until its task raises it holds a traceback into the relay."""
-    from proxy.relay.http1 import relay
+    from ollama_tap.relay.http1 import relay
 
     def broken(*args: Any) -> tuple[bytes, bool]:
         raise RuntimeError("a bug")

@@ -14,8 +14,8 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.exchange import Outcome
-from proxy.relay.http1.server import MAX_FRAMING
+from ollama_tap.exchange import Outcome
+from ollama_tap.relay.http1.server import MAX_FRAMING
 from tests.conftest import MakeProxy, Proxy
 from tests.support.spy import Spy
 from tests.support.wire import get, read_response

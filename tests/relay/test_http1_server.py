@@ -17,8 +17,8 @@ import orjson
 import pytest
 from yarl import URL
 
-from proxy.exchange import Outcome
-from proxy.relay.http1.server import FrontConnection
+from ollama_tap.exchange import Outcome
+from ollama_tap.relay.http1.server import FrontConnection
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.serve_process import ADMIN_TOKEN
@@ -33,7 +33,7 @@ async def connect(proxy: Proxy) -> tuple[asyncio.StreamReader, asyncio.StreamWri
 
 
 def connections(proxy: Proxy) -> set[FrontConnection]:
-    from proxy.relay import FRONT
+    from ollama_tap.relay import FRONT
 
     return proxy.app[FRONT].connections
 
@@ -250,7 +250,7 @@ async def push_until_refused(writer: asyncio.StreamWriter, limit: int, wait: flo
 async def test_an_endless_head_is_cut_off(proxy_factory: MakeProxy, pipelined: bool) -> None:
     """llhttp buffers a header until it ends; the front stops reading one past MAX_HEAD
     (aiohttp answers a fresh one; one begun in the read that ended another is cut)."""
-    from proxy.relay.http1.server import MAX_HEAD
+    from ollama_tap.relay.http1.server import MAX_HEAD
 
     proxy = await proxy_factory(relay="fast")
     _, writer = await connect(proxy)
@@ -282,7 +282,7 @@ async def test_a_deferred_hand_off_stops_reading_the_client(
 async def test_idle_and_half_received_connections_close_at_shutdown(
     proxy_factory: MakeProxy,
 ) -> None:
-    from proxy.relay import FRONT
+    from ollama_tap.relay import FRONT
 
     proxy = await proxy_factory(relay="fast")
     idle_reader, idle = await connect(proxy)
@@ -301,8 +301,8 @@ async def test_many_pipelined_requests_in_one_read_are_not_a_large_head(
 ) -> None:
     """The head-size bound counts the head, not the requests that came before it in the
     same read (a read of several hundred KiB is ordinary under load)."""
-    from proxy.relay import FRONT
-    from proxy.relay.http1.server import MAX_HEAD
+    from ollama_tap.relay import FRONT
+    from ollama_tap.relay.http1.server import MAX_HEAD
 
     proxy = await proxy_factory(relay="fast")
     requests = get("/api/version") * (2 * MAX_HEAD // len(get("/api/version")))

@@ -11,17 +11,17 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
-from proxy.config import Settings
-from proxy.exchange import Outcome
-from proxy.hooks import Hooks
-from proxy.relay.http1.flow import FlowControl
-from proxy.relay.http1.pool import UpstreamConnection, UpstreamPool
-from proxy.relay.http1.relay import Http1Relay
-from proxy.relay.http1.reply import Reply
-from proxy.relay.http1.request import FrontRequest
-from proxy.relay.http1.server import MAX_HEAD, Front, FrontConnection
-from proxy.relay.http1.serves import OwnedPaths, Rule
-from proxy.relay.tap import Tap
+from ollama_tap.config import Settings
+from ollama_tap.exchange import Outcome
+from ollama_tap.hooks import Hooks
+from ollama_tap.relay.http1.flow import FlowControl
+from ollama_tap.relay.http1.pool import UpstreamConnection, UpstreamPool
+from ollama_tap.relay.http1.relay import Http1Relay
+from ollama_tap.relay.http1.reply import Reply
+from ollama_tap.relay.http1.request import FrontRequest
+from ollama_tap.relay.http1.server import MAX_HEAD, Front, FrontConnection
+from ollama_tap.relay.http1.serves import OwnedPaths, Rule
+from ollama_tap.relay.tap import Tap
 from tests.support.spy import Spy
 
 

@@ -20,7 +20,7 @@ import openai
 import orjson
 import pytest
 
-from proxy.exchange import Outcome
+from ollama_tap.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
 from tests.support.metrics import samples
 from tests.support.relaying import RELAYS, RawHandler, read_head

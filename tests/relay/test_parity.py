@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
-from proxy.exchange import Exchange, Outcome, OutputChunk
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk
 from tests.conftest import MakeProxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.relaying import (
@@ -265,7 +265,7 @@ async def test_duration_ends_at_the_last_write_not_after_the_replys_parse(
 ) -> None:
     # A single reply is parsed when it ends (an 8 MiB embedding takes tens of ms); made
     # to take 80 ms here, the parse must not count in the client's request duration.
-    from proxy.ollama import readers
+    from ollama_tap.ollama import readers
 
     parse = readers._ReplyReader.close
 

@@ -13,9 +13,9 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.exchange import Exchange, Retry
-from proxy.relay.headers import IDLE_SECONDS, idle_life
-from proxy.relay.retry import may_resend, retry_reason
+from ollama_tap.exchange import Exchange, Retry
+from ollama_tap.relay.headers import IDLE_SECONDS, idle_life
+from ollama_tap.relay.retry import may_resend, retry_reason
 from tests.conftest import MakeProxy, Proxy
 from tests.support.closing import (
     AFTER_FIRST_LINE,

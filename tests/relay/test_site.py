@@ -7,7 +7,7 @@ import inspect
 
 from aiohttp import web
 
-from proxy.relay.aiohttp_relay import RelayResponse
+from ollama_tap.relay.aiohttp_relay import RelayResponse
 
 
 async def test_tcpsite_keeps_the_attributes_frontsite_reads() -> None:

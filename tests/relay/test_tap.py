@@ -13,11 +13,11 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from prometheus_client import CollectorRegistry
 from yarl import URL
 
-from proxy.config import Settings
-from proxy.exchange import Exchange, Outcome, OutputChunk
-from proxy.hooks import Hooks
-from proxy.relay.incoming import Incoming
-from proxy.relay.tap import Tap, Tapped
+from ollama_tap.config import Settings
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk
+from ollama_tap.hooks import Hooks
+from ollama_tap.relay.incoming import Incoming
+from ollama_tap.relay.tap import Tap, Tapped
 
 NDJSON = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/x-ndjson"}))
 JSON = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json; charset=utf-8"}))

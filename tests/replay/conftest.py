@@ -9,9 +9,9 @@ from typing import Any
 import pytest_asyncio
 from aiohttp import web
 
-from proxy.recorder.store import Filters, Store
-from proxy.replay.matching import MatchMode
-from proxy.replay.serving import REPLAYER, Pacing, Replayer, load, replay_app
+from ollama_tap.recorder.store import Filters, Store
+from ollama_tap.replay.matching import MatchMode
+from ollama_tap.replay.serving import REPLAYER, Pacing, Replayer, load, replay_app
 from tests.conftest import Proxy
 from tests.support.records import records
 

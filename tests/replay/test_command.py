@@ -16,7 +16,7 @@ from tests.support.serve_process import free_port
 
 async def _run(*argv: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "proxy", "replay", *argv,
+        sys.executable, "-m", "ollama_tap", "replay", *argv,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
 

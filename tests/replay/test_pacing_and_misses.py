@@ -11,8 +11,8 @@ import ollama
 import orjson
 import pytest
 
-from proxy.recorder.store import Store
-from proxy.replay.matching import MatchMode
+from ollama_tap.recorder.store import Store
+from ollama_tap.replay.matching import MatchMode
 from tests.conftest import MakeProxy, Proxy
 from tests.replay.conftest import StartReplay
 from tests.support.fake_ollama import FakeOllama

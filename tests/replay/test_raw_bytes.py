@@ -13,8 +13,8 @@ import openai
 import pytest
 from structlog.testing import capture_logs
 
-from proxy.rawreply import RawReply, unpack
-from proxy.recorder.store import Store
+from ollama_tap.rawreply import RawReply, unpack
+from ollama_tap.recorder.store import Store
 from tests.conftest import MakeProxy, Proxy
 from tests.replay.conftest import StartReplay
 from tests.support.fake_ollama import FakeOllama

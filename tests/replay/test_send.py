@@ -12,11 +12,11 @@ import orjson
 import pytest
 from yarl import URL
 
-from proxy.cli import build_parser
-from proxy.cli.replay import cmd_send
-from proxy.recorder.store import Filters, Store
-from proxy.replay.sending import Pace, Plan, send_all, skip_reason
-from proxy.replay.thresholds import parse_rule
+from ollama_tap.cli import build_parser
+from ollama_tap.cli.replay import cmd_send
+from ollama_tap.recorder.store import Filters, Store
+from ollama_tap.replay.sending import Pace, Plan, send_all, skip_reason
+from ollama_tap.replay.thresholds import parse_rule
 from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.fake_ollama.script import Script

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.exchange import Exchange
+from ollama_tap.exchange import Exchange
 
 
 def new_exchange(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from proxy import ollama
-from proxy.exchange import Exchange, OutputChunk, OutputKind
+from ollama_tap import ollama
+from ollama_tap.exchange import Exchange, OutputChunk, OutputKind
 from tests.support.exchanges import new_exchange
 
 NDJSON = "application/x-ndjson"

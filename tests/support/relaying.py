@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from proxy.exchange import Exchange, OutputChunk
+from ollama_tap.exchange import Exchange, OutputChunk
 from tests.support.transparency import comparable
 
 RELAYS = ["aiohttp", "fast"]

@@ -48,7 +48,7 @@ async def serve(
     env = {**os.environ, "OLLAMA_TAP_ADMIN_TOKEN": ADMIN_TOKEN, "OLLAMA_TAP_DB": str(db)}
     stderr = asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL
     proc = await asyncio.create_subprocess_exec(
-        *python, "-m", "proxy", "serve", "--port", str(port), "--upstream", upstream,
+        *python, "-m", "ollama_tap", "serve", "--port", str(port), "--upstream", upstream,
         *flags, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
     )  # fmt: skip
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"

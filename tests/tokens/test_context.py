@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from proxy.tokens.context import decode_record
-from proxy.tokens.errors import VocabError
-from proxy.tokens.vocab import Vocab
+from ollama_tap.tokens.context import decode_record
+from ollama_tap.tokens.errors import VocabError
+from ollama_tap.tokens.vocab import Vocab
 from tests.tokens.conftest import SPM_TOKENS, SPM_TYPES
 
 SPM = Vocab.from_kv(

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.tokens.detok import Detokenizer, Piece
-from proxy.tokens.errors import DecodeError, UnsupportedTokenizer
-from proxy.tokens.vocab import Vocab
+from ollama_tap.tokens.detok import Detokenizer, Piece
+from ollama_tap.tokens.errors import DecodeError, UnsupportedTokenizer
+from ollama_tap.tokens.vocab import Vocab
 from tests.support.vocab_vectors import vocab_cases
 from tests.tokens.conftest import SPM_TOKENS, SPM_TYPES, VOCAB_DIR
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.tokens.errors import GGUFError
-from proxy.tokens.gguf import read_metadata, read_stream
+from ollama_tap.tokens.errors import GGUFError
+from ollama_tap.tokens.gguf import read_metadata, read_stream
 from tests.tokens.synth import ARRAY, STRING, gguf_bytes
 
 EVERY_TYPE: list[tuple[str, int, object]] = [

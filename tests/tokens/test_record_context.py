@@ -14,9 +14,9 @@ import orjson
 import pytest
 from blockbuster import blockbuster_ctx
 
-from proxy.app import POLLER
-from proxy.cli import main
-from proxy.tokens.gguf import read_metadata
+from ollama_tap.app import POLLER
+from ollama_tap.cli import main
+from ollama_tap.tokens.gguf import read_metadata
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.records import AUTH, records
@@ -63,7 +63,7 @@ async def api_record(proxy: Proxy, query: str = "") -> dict[str, Any]:
     [summary] = await records(proxy, 1)
     url = f"{proxy.url}/_tap/api/records/{summary['id']}{query}"
     # No blocking I/O of the read side on the event loop (the database, a GGUF, a blob).
-    with blockbuster_ctx(["proxy.tokens", "proxy.recorder"]):
+    with blockbuster_ctx(["ollama_tap.tokens", "ollama_tap.recorder"]):
         async with aiohttp.ClientSession(headers=AUTH) as s, s.get(url) as resp:
             assert resp.status == 200, await resp.text()
             record: dict[str, Any] = await resp.json()

@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from proxy.cli import decode, models
-from proxy.tokens.errors import StoreError
-from proxy.tokens.store import ModelStore, candidate_roots, inspect
+from ollama_tap.cli import decode, models
+from ollama_tap.tokens.errors import StoreError
+from ollama_tap.tokens.store import ModelStore, candidate_roots, inspect
 from tests.tokens.synth import add_model, gguf_bytes, vocab_kv
 
 

@@ -14,10 +14,10 @@ from aiohttp import web
 from blockbuster import blockbuster_ctx
 from yarl import URL
 
-from proxy.tokens.errors import VocabError
-from proxy.tokens.gguf import read_metadata
-from proxy.tokens.store import ModelStore
-from proxy.tokens.vocab import Vocab, VocabCache, VocabSource
+from ollama_tap.tokens.errors import VocabError
+from ollama_tap.tokens.gguf import read_metadata
+from ollama_tap.tokens.store import ModelStore
+from ollama_tap.tokens.vocab import Vocab, VocabCache, VocabSource
 
 Server = Callable[[web.Application], Awaitable[Any]]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ollama
 import pytest
 
-from proxy.cloud import is_cloud_model, is_remote_stub
-from proxy.metrics import families
+from ollama_tap.cloud import is_cloud_model, is_remote_stub
+from ollama_tap.metrics import families
 from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import LLAMA, counter, hist, samples, settled

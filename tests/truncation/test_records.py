@@ -11,10 +11,10 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxy.cli import main
-from proxy.recorder import Recorder
-from proxy.recorder.schema import VERSION
-from proxy.recorder.store import Filters
+from ollama_tap.cli import main
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.schema import VERSION
+from ollama_tap.recorder.store import Filters
 from tests.conftest import Proxy
 from tests.recorder.factory import make_settings, stored
 from tests.recorder.test_schema import build_v1

@@ -7,10 +7,10 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.exchange import Exchange, Outcome, Usage
-from proxy.ollama.version import parse_version
-from proxy.truncation.observer import runtime_context
-from proxy.truncation.rules import (
+from ollama_tap.exchange import Exchange, Outcome, Usage
+from ollama_tap.ollama.version import parse_version
+from ollama_tap.truncation.observer import runtime_context
+from ollama_tap.truncation.rules import (
     Kind,
     Runtime,
     judge,

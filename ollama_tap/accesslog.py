@@ -1,0 +1,56 @@
+"""The access-log observer: one structured JSON line per exchange."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import structlog
+
+from ollama_tap.exchange import Exchange
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+class AccessLog:
+    """Logs each exchange when it ends; never the body, the query or any credential.
+
+    The model is logged as its metrics label (`label`, ModelLabels.label): a name Ollama has
+    not vouched for is `other` here too, as on /metrics; the record keeps the name.
+    """
+
+    name = "accesslog"
+
+    def __init__(self, label: Callable[[object], str]) -> None:
+        self.log = structlog.get_logger("ollama_tap.access")
+        self.label = label
+
+    def _line(self, ex: Exchange) -> None:
+        if not self.log.is_enabled_for(logging.INFO):
+            return  # --log-level warning: the line is not built at all
+        self.log.info(
+            "exchange",
+            id=ex.id,
+            client=ex.client,
+            method=ex.method,
+            path=ex.path,
+            endpoint=ex.endpoint,
+            model=self.label(ex.model) or None,
+            status=ex.status,
+            outcome=str(ex.outcome),
+            duration_ms=_ms(ex.duration),
+            ttft_ms=_ms(ex.ttft),
+            bytes_in=ex.request_bytes,
+            bytes_out=ex.response_bytes,
+            done_reason=ex.done_reason,
+            error=ex.error_message,
+            retried=None if ex.retried is None else ex.retried.value,
+        )
+
+    def response(self, ex: Exchange) -> None:
+        self._line(ex)
+
+    def error(self, ex: Exchange) -> None:
+        self._line(ex)

@@ -1,0 +1,162 @@
+"""make_app(settings, registry) -> the aiohttp Application, and its lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from ollama_tap import auth
+from ollama_tap.accesslog import AccessLog
+from ollama_tap.attribution import ClientNames
+from ollama_tap.config import Settings
+from ollama_tap.hooks import Hooks
+from ollama_tap.hostcheck import host_check, local_addresses
+from ollama_tap.inflight import api as inflight_api
+from ollama_tap.inflight import metrics as inflight_metrics
+from ollama_tap.inflight.registry import InFlight
+from ollama_tap.inspector import add_routes as add_inspector_routes
+from ollama_tap.loads.api import add_routes as add_loads_routes
+from ollama_tap.loads.tracker import LoadTracker
+from ollama_tap.metrics.observer import MetricsObserver, metrics_handler
+from ollama_tap.names import ModelLabels
+from ollama_tap.otel import Otel
+from ollama_tap.otel import start as start_otel
+from ollama_tap.recorder import Recorder
+from ollama_tap.recorder.api import add_routes as add_recorder_routes
+from ollama_tap.relay import SESSION, install, make_session, server_args
+from ollama_tap.tokens.store import ModelStore
+from ollama_tap.tokens.vocab import Vocab, VocabCache, VocabSource
+from ollama_tap.truncation.observer import TruncationObserver
+from ollama_tap.upstream import UpstreamPoller
+
+SETTINGS = web.AppKey("settings", Settings)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+HOOKS = web.AppKey("hooks", Hooks)
+POLLER = web.AppKey("poller", UpstreamPoller)
+RECORDER = web.AppKey("recorder", Recorder)
+LOADS = web.AppKey("loads", LoadTracker)
+ADMIN_TOKEN = web.AppKey("admin_token", str)
+OTEL = web.AppKey("otel", Otel)
+VOCABS = web.AppKey("vocabs", VocabCache)
+"""Vocabularies by model digest, for the read API's decoded `context` (never the hot path)."""
+
+
+def _vocab_cache(app: web.Application, settings: Settings) -> VocabCache:
+    """Vocabularies for decoded `context`: from the local model store when it is on this
+    disk, else from the upstream's /api/show."""
+    store, upstream = ModelStore.on_this_disk(), settings.upstream_url
+
+    async def load(model: str, digest: str | None) -> Vocab:
+        # The upstream session exists only once the app has started (cleanup_ctx), so the
+        # source is made per load; loads are rare, the cache keeps what it loaded.
+        return await VocabSource(app[SESSION], upstream, store).load(model, digest)
+
+    return VocabCache(load)
+
+
+async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
+    app[SESSION] = make_session()
+    yield
+    await app[SESSION].close()
+
+
+async def _poller(app: web.Application) -> AsyncIterator[None]:
+    await app[POLLER].start()
+    yield
+    await app[POLLER].stop()
+
+
+async def _recorder(app: web.Application) -> AsyncIterator[None]:
+    await app[RECORDER].start()
+    yield
+    # Runs after in-flight handlers ended (finished, or cancelled as `shutdown`), so every
+    # exchange has been handed to the recorder by now; stop() drains the queue.
+    await app[RECORDER].stop()
+
+
+async def _otel(app: web.Application) -> AsyncIterator[None]:
+    yield
+    # Runs after in-flight handlers ended: every exchange has made its span by now.
+    await app[OTEL].close()
+
+
+async def healthz(request: web.Request) -> web.Response:
+    up = request.app[POLLER].up
+    return web.json_response({"upstream": "up" if up else "down"})
+
+
+def make_app(
+    settings: Settings,
+    *,
+    registry: CollectorRegistry | None = None,
+    observers: Iterable[object] = (),
+    labels: ModelLabels | None = None,
+) -> web.Application:
+    """Build the proxy: observers, routes, middlewares and lifecycle, all from `settings`.
+
+    `observers` are added after the built-in ones (model labels, metrics, recorder, access
+    log); `labels` replaces the ModelLabels made from the settings (a test's clock).
+    """
+    registry = registry if registry is not None else CollectorRegistry()
+    local_addresses()  # resolved now, not on the event loop at the first foreign Host
+    token = auth.admin_token(settings)
+    middlewares = [host_check] if settings.loopback_bind else []
+    middlewares.append(auth.auth_middleware(token))
+    app = web.Application(middlewares=middlewares, handler_args=server_args())
+    app[SETTINGS] = settings
+    app[REGISTRY] = registry
+    if token is not None:
+        app[ADMIN_TOKEN] = token
+
+    labels = labels if labels is not None else ModelLabels(settings.model_label_cap)
+    poller = UpstreamPoller(settings, registry, labels)
+    recorder = Recorder(settings, registry, digest_of=poller.digest_of, spelling=labels.spelling)
+    clients = ClientNames(
+        settings.client_label_cap, header=settings.client_header, rules=settings.clients
+    )
+    inflight = InFlight(labels.label)
+    metrics = [MetricsObserver(registry, labels, poller, clients)] if settings.metrics else []
+    if settings.metrics:
+        inflight_metrics.register(registry, inflight)
+    labels.on_free(lambda model: inflight.forget("model", model))
+    clients.on_free(lambda client: inflight.forget("client", client))
+    otel = start_otel(settings, registry, poller.context_length)
+    traced = otel.observers if otel is not None else []
+    truncation = TruncationObserver(registry, labels, poller)
+    loads = LoadTracker(registry, labels, poller)
+    poller.on_ps(loads.ps)
+    # The names first: every other observer sees the client's name, and a reply head that
+    # proves a model's name does so before the others look; the truncation verdict and the
+    # loads before the recorder, whose row carries both.
+    builtin = [
+        clients,
+        labels,
+        *metrics,
+        inflight,
+        truncation,
+        loads,
+        recorder,
+        AccessLog(labels.label),
+        *traced,
+    ]
+    hooks = Hooks([*builtin, *observers], registry)
+    app[POLLER], app[RECORDER], app[HOOKS], app[LOADS] = poller, recorder, hooks, loads
+    app[VOCABS] = _vocab_cache(app, settings)
+
+    app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
+    if otel is not None:
+        app[OTEL] = otel
+        app.cleanup_ctx.append(_otel)
+    app.router.add_get("/_tap/healthz", healthz)
+    if settings.metrics:
+        app.router.add_get(settings.metrics_path, metrics_handler(registry))
+    add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
+    add_loads_routes(app, loads)
+    inflight_api.add_routes(app, inflight)
+    add_inspector_routes(app)
+    # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.
+    app.router.add_route("*", "/_tap/{tail:.*}", auth.tap_not_found)
+    install(app, settings, hooks)  # last: everything else, any method, goes to Ollama
+    return app

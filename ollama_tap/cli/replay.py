@@ -1,0 +1,159 @@
+"""`ollama-tap replay serve|send`: answer as an Ollama from recordings, or re-send them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections import deque
+from typing import Any, TextIO
+
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from ollama_tap.cli.options import add_db_option, fail, store_from
+from ollama_tap.config import ConfigError, binds_loopback, parse_ollama_host
+from ollama_tap.recorder.schema import SchemaError
+from ollama_tap.recorder.store import Filters, parse_time
+from ollama_tap.replay.matching import MatchMode
+from ollama_tap.replay.report import document, render
+from ollama_tap.replay.sending import POLLING, Plan, send_all, skip_reason
+from ollama_tap.replay.thresholds import parse_rule
+
+_RULE_HELP = (
+    "fail (exit 1) when an aggregate ratio now/recorded meets this rule, e.g. "
+    "'decode_rate < 0.8' or 'ttft.p95 > 1.5'; repeatable (docs/replay.md)"
+)
+
+
+def _filters(args: argparse.Namespace) -> Filters:
+    return Filters(
+        model=args.model, endpoint=args.endpoint, client=args.client,
+        since=args.since, until=args.until, instance=args.instance,
+    )  # fmt: skip
+
+
+def _where(args: argparse.Namespace) -> str:
+    return "the default database" if args.db is None else str(args.db)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from aiohttp import web
+
+    from ollama_tap.logs import configure
+    from ollama_tap.replay.serving import Pacing, load, replay_app
+
+    if args.speed <= 0:
+        return fail("replay serve", "--speed must be above 0")
+    store = store_from(args)
+    recordings = load(store, _filters(args), MatchMode(args.match), args.loop)
+    refused = sum(len(ids) for ids in recordings.library.refused.values())
+    if not len(recordings.library):
+        why = (
+            f" ({refused} were recorded in metadata mode, which keeps no bodies)" if refused else ""
+        )
+        return fail("replay serve", f"no record in {_where(args)} can be served{why}; record with "
+                    "--record full (the default on loopback) to replay")  # fmt: skip
+    configure()
+    note = f"; {refused} metadata-mode records refused (no bodies)" if refused else ""
+    print(
+        f"ollama-tap replay: serving {len(recordings.library)} recordings from {_where(args)} on "
+        f"http://{args.host}:{args.port}{note}",
+        file=sys.stderr,
+    )
+    pacing = Pacing(args.speed, not args.no_pacing)
+    app = replay_app(store, recordings, pacing, loopback=binds_loopback(args.host))
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    return 0
+
+
+def _selected(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    kept: deque[dict[str, Any]] = deque(maxlen=args.limit)
+    skipped: list[dict[str, str]] = []
+    for record in store_from(args).each(_filters(args)):
+        reason = skip_reason(record, args.include_management)
+        if reason is None:
+            kept.append(record)
+        elif reason != POLLING:
+            skipped.append({"id": record["id"], "reason": reason})
+    return list(kept), skipped[-args.limit :]
+
+
+def cmd_send(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Exit 0, 1 when a --fail-if rule failed, 2 on misuse or when nothing can be sent."""
+    try:
+        to = parse_ollama_host(args.to)
+    except ConfigError as exc:
+        return fail("replay send", exc) + 1
+    records, skipped = _selected(args)
+    if not records:
+        reasons = "; ".join(sorted({s["reason"] for s in skipped})) or "no record matches"
+        return fail("replay send", f"nothing to re-send ({reasons})") + 1
+    plan = Plan(to, max(1, args.concurrency), args.pace)
+    show = not args.json and sys.stderr.isatty()
+    with Progress(
+        "re-sending", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True), disable=not show, transient=True,
+    ) as progress:  # fmt: skip
+        task = progress.add_task("", total=len(records))
+        pairs = asyncio.run(send_all(plan, records, lambda: progress.advance(task)))
+    doc = document(str(to), records, pairs, skipped, args.fail_if)
+    stream = out or sys.stdout
+    if args.json:
+        stream.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        render(Console(file=stream), doc)
+    return 1 if doc["failed"] else 0
+
+
+def _guarded(func: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return int(func(args))
+        except SchemaError as exc:
+            return fail("replay", exc) + 1
+
+    return run
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    add_db_option(p)
+    p.add_argument("--model", help="only this model (any spelling Ollama accepts)")
+    p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
+    p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
+    p.add_argument("--until", type=parse_time, help="before this time")
+    p.add_argument("--client", help="only this client name (its record's client_name)")
+    p.add_argument("--instance", help="only records made by this tap (its --instance)")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    replay = sub.add_parser("replay", help="serve recordings as an Ollama, or re-send them")
+    rsub = replay.add_subparsers(dest="replay_command", required=True, metavar="ACTION")
+    p = rsub.add_parser("serve", help="answer as an Ollama from the recordings")
+    _common(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind [default: 127.0.0.1]")
+    p.add_argument("--port", type=int, default=11434, help="port [default: 11434]")
+    p.add_argument("--match", choices=[m.value for m in MatchMode], default="body",
+                   help="exact: every body field; body: volatile fields (keep_alive, "
+                   "stream_options) ignored; nearest: a miss gets the closest recording "
+                   "on its route [default: body]")  # fmt: skip
+    p.add_argument("--speed", type=float, default=1.0, help="2 plays twice as fast [default: 1]")
+    p.add_argument("--no-pacing", action="store_true", help="no recorded timing: at once")
+    p.add_argument("--loop", action="store_true",
+                   help="repeated requests cycle through their recordings (default: the "
+                   "last one again)")  # fmt: skip
+    p.set_defaults(func=_guarded(cmd_serve))
+    p = rsub.add_parser("send", help="re-send recorded requests and compare the figures")
+    _common(p)
+    p.add_argument("--to", required=True, help="the upstream to send to, e.g. http://gpu2:11434")
+    p.add_argument("--limit", type=int, default=100, help="the newest N records [default: 100]")
+    p.add_argument("--concurrency", type=int, default=1, help="requests in flight [default: 1]")
+    p.add_argument("--pace", choices=("original", "none"), default="none",
+                   help="original: at the recorded intervals; none: back to back "
+                   "[default: none]")  # fmt: skip
+    p.add_argument("--include-management", action="store_true",
+                   help="also re-send pull, push, create, copy and delete")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="one JSON document (docs/replay.md)")
+    p.add_argument("--fail-if", type=parse_rule, action="append", default=[], help=_RULE_HELP)
+    p.set_defaults(func=_guarded(cmd_send))

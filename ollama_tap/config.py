@@ -1,0 +1,362 @@
+"""One validated Settings object; the CLI only maps flags and environment variables onto it."""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import os
+import socket
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from yarl import URL
+
+from ollama_tap.attribution import DEFAULT_HEADER, parse_rule
+from ollama_tap.credentials import redacted_url
+
+DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
+MiB = 1024 * 1024
+
+
+class RecordMode(enum.StrEnum):
+    """What the recorder keeps (see README, "Recording and privacy")."""
+
+    FULL = "full"
+    METADATA = "metadata"
+    OFF = "off"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the fix."""
+
+
+def _xdg_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "ollama-tap"
+
+
+class Settings(BaseSettings):
+    """Every setting of ollama-tap; each is a flag of `serve` and an OLLAMA_TAP_* variable."""
+
+    model_config = SettingsConfigDict(env_prefix="OLLAMA_TAP_", extra="forbid")
+
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: Annotated[int, Field(ge=0, le=65535)] = Field(11435, description="Port to listen on.")
+    upstream: str | None = Field(
+        None,
+        description="Ollama's URL; else OLLAMA_HOST (Ollama's own rules), else " + DEFAULT_UPSTREAM,
+    )
+    metrics: bool = Field(True, description="Measure exchanges and serve the metrics path.")
+    metrics_path: str = Field("/metrics", description="Path of the Prometheus endpoint.")
+    body_tee_limit: Annotated[int, Field(ge=0)] = Field(
+        8 * MiB, description="Bytes of a JSON request body copied aside to read its fields."
+    )
+    reply_tee_limit: Annotated[int, Field(ge=0)] = Field(
+        8 * MiB, description="Bytes of a single-object JSON reply kept to read its stats."
+    )
+    connect_timeout: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="Seconds to wait for a TCP connection to Ollama."
+    )
+    read_timeout: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="Seconds of upstream silence before giving up (none by default: Ollama "
+        "sends nothing during load and prefill).",
+    )
+    shutdown_grace: Annotated[float, Field(ge=0)] = Field(
+        30.0, description="Seconds in-flight exchanges may run on after SIGTERM."
+    )
+    poll_interval: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="Seconds between polls of /api/ps, /api/tags and /api/version."
+    )
+    model_label_cap: Annotated[int, Field(ge=1)] = Field(
+        100,
+        description="Most `model` label values for names Ollama served but does not list "
+        "(listed names are not capped); the rest are `other`.",
+    )
+    # Recorder store and origin (issue 24, a shared PostgreSQL store): --db is a SQLite
+    # file or a postgresql:// URL; every record names the tap that made it.
+    db: Path | str | None = Field(
+        None,
+        description="SQLite database file, or a postgresql://user@host/db URL (password "
+        "from the URL, PGPASSWORD or ~/.pgpass) (default: $XDG_DATA_HOME/ollama-tap/records.db).",
+    )
+    instance: str | None = Field(
+        None, description="This tap's name in its records (default: the host name)."
+    )
+    record: RecordMode | None = Field(
+        None, description="full, metadata or off (default: full on loopback, else metadata)."
+    )
+    record_routes: bool = Field(
+        False, description="Also record polling GETs and HEADs (/api/tags, /api/ps, ...)."
+    )
+    retention_days: Annotated[float, Field(gt=0)] = Field(
+        30.0, description="Records older than this are pruned."
+    )
+    retention_bytes: Annotated[int, Field(gt=0)] = Field(
+        1024 * MiB, description="The database is pruned, oldest first, above this size."
+    )
+    recorder_queue: Annotated[int, Field(ge=1)] = Field(
+        10_000, description="Records waiting for the writer; beyond it they are dropped."
+    )
+    admin_token: str | None = Field(
+        None,
+        description="Token for /_tap/ (default: generated and kept beside the database; "
+        "'none' disables auth on loopback binds only).",
+    )
+    log_level: str = Field("info", description="debug, info, warning or error.")
+    # Readable output (issue 21): how the console log is written.
+    log_format: Literal["auto", "console", "json"] = Field(
+        "auto",
+        description="'json': one JSON object a line; 'console': aligned, readable lines; "
+        "'auto': console on a terminal, JSON when stderr is piped or redirected.",
+    )
+    tls_cert: Path | None = Field(None, description="PEM certificate to serve HTTPS.")
+    tls_key: Path | None = Field(None, description="PEM private key for --tls-cert.")
+    # OpenTelemetry export (ollama_tap/otel/, docs/opentelemetry.md): off unless an endpoint is set.
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP collector URL that turns span export on (else "
+        "OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT).",
+    )
+    otel_metrics: bool = Field(False, description="Also export the GenAI client metrics over OTLP.")
+    otel_propagate: bool = Field(
+        False,
+        description="Send the proxy's CLIENT span upstream as the request's traceparent "
+        "(with span export on; else the app's headers go up unchanged).",
+    )
+    relay: Literal["aiohttp", "fast"] = Field(
+        "fast",
+        description="'fast': the proxy's own HTTP/1.1 transport (ollama_tap/relay/http1; /_tap "
+        "and unusual requests go through aiohttp's); 'aiohttp': aiohttp's server and client "
+        "for everything (more CPU per request and per chunk).",
+    )
+
+    # Client attribution (ollama_tap/attribution.py): which app sent each exchange.
+    client_header: str = Field(
+        DEFAULT_HEADER, description="Request header an app names itself in (forwarded as is)."
+    )
+    clients: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="NAME=CIDR or NAME=ua:GLOB rules naming clients, first match first; "
+        "repeat --client (OLLAMA_TAP_CLIENTS: comma-separated).",
+        json_schema_extra={"flag": "--client"},
+    )
+    client_label_cap: Annotated[int, Field(ge=1)] = Field(
+        50,
+        description="Most `client` label values besides the --client names; the rest are `other`.",
+    )
+
+    @field_validator("clients", mode="before")
+    @classmethod
+    def _clients(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = [part.strip() for part in v.split(",") if part.strip()]
+        if isinstance(v, list | tuple):
+            for rule in v:
+                parse_rule(str(rule))  # its ValueError names the fix
+        return v
+
+    @field_validator("metrics_path")
+    @classmethod
+    def _metrics_path(cls, v: str) -> str:
+        if not v.startswith("/") or v.startswith("/_tap/"):
+            raise ValueError("must start with '/' and lie outside /_tap/")
+        return v
+
+    @field_validator("db")
+    @classmethod
+    def _db(cls, v: Path | str | None) -> Path | str | None:
+        # A URL stays text (psycopg reads it); anything else is a file.
+        return v if v is None or is_postgres_url(v) else Path(v)
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, v: str) -> str:
+        if v.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be debug, info, warning or error")
+        return v.lower()
+
+    @property
+    def loopback_bind(self) -> bool:
+        """Whether every address `host` binds is a loopback one (so `127.1`, or a host name
+        that resolves to 127.0.0.1, count: what is bound decides, never how it is spelled).
+        `serve` checks this against the sockets it bound."""
+        return binds_loopback(self.host)
+
+    @property
+    def upstream_url(self) -> URL:
+        """The resolved upstream (see `resolve_upstream`)."""
+        return resolve_upstream(self.upstream, os.environ.get("OLLAMA_HOST"))
+
+    @property
+    def record_mode(self) -> RecordMode:
+        if self.record is not None:
+            return self.record
+        return RecordMode.FULL if self.loopback_bind else RecordMode.METADATA
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite file; with a PostgreSQL --db, the default one's place (the admin
+        token is kept in its directory)."""
+        return self.db if isinstance(self.db, Path) else _xdg_data_dir() / "records.db"
+
+    @property
+    def db_location(self) -> Path | str:
+        """What the recorder writes to: the SQLite file or the PostgreSQL URL."""
+        return self.db if isinstance(self.db, str) else self.db_path
+
+    @property
+    def instance_name(self) -> str:
+        return self.instance or socket.gethostname()
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, with a message that names the fix."""
+        up = self.upstream_url
+        if forwards_to_itself(up, self.host, self.port):
+            raise ConfigError(
+                f"ollama-tap would forward to itself ({up} is its own listen address "
+                f"{self.host}:{self.port}); point --upstream or OLLAMA_TAP_UPSTREAM at Ollama "
+                "(e.g. http://127.0.0.1:11434), or unset OLLAMA_HOST in the proxy's shell."
+            )
+        try:
+            bind_addresses(self.host)
+        except OSError as exc:
+            raise ConfigError(
+                f"--host {self.host!r} cannot be resolved ({exc.strerror or exc}); give an IP "
+                "address (e.g. 127.0.0.1) or a name this machine resolves."
+            ) from None
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together; give both or neither.")
+        if self.admin_token == "none" and not self.loopback_bind:
+            raise ConfigError(
+                "--admin-token none is allowed on loopback binds only; recordings hold "
+                "other people's prompts. Set a token or bind to 127.0.0.1."
+            )
+
+
+def is_postgres_url(location: object) -> bool:
+    """Whether a --db value names a PostgreSQL database rather than a SQLite file."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+def _strip(value: str) -> str:
+    # envconfig.Var trims spaces and surrounding quotes.
+    return value.strip().strip("\"'").strip()
+
+
+def resolve_upstream(explicit: str | None, ollama_host: str | None) -> URL:
+    """Ollama's URL: an explicit setting, else OLLAMA_HOST, else the default.
+
+    Both are parsed by Ollama's own rules (envconfig.Host): no scheme means http and port
+    11434; an explicit http:// or https:// defaults the port to 80 or 443; the bare value
+    `ollama.com` means https://ollama.com:443; a path is kept; an empty, `0.0.0.0` or `::`
+    host means loopback (as Ollama's ConnectableHost does for clients).
+    """
+    for raw in (explicit, ollama_host):
+        if raw is not None and _strip(raw):
+            return parse_ollama_host(_strip(raw))
+    return URL(DEFAULT_UPSTREAM)
+
+
+def parse_ollama_host(value: str) -> URL:
+    scheme, sep, hostport = value.partition("://")
+    default_port = 11434
+    if not sep:
+        scheme, hostport = "http", value
+        if value == "ollama.com":
+            scheme, hostport = "https", "ollama.com:443"
+    elif scheme == "http":
+        default_port = 80
+    elif scheme == "https":
+        default_port = 443
+    else:
+        raise ConfigError(f"unsupported scheme in upstream {value!r}; use http:// or https://")
+    hostport, _, path = hostport.partition("/")
+    if "@" in hostport:
+        raise ConfigError(
+            f"upstream {redacted_url(value)!r} has a user name or password, which ollama-tap "
+            "never sends on (Ollama has no login): give the host and port only, "
+            "e.g. http://gpu-box:11434"
+        )
+    host, port = _split_host_port(hostport, default_port)
+    if host in {"", "0.0.0.0", "::"}:
+        host = "127.0.0.1"
+    try:
+        return URL.build(scheme=scheme, host=host, port=port, path="/" + path if path else "")
+    except ValueError as exc:
+        raise ConfigError(
+            f"upstream {value!r} is not a host and port ({exc}); e.g. http://gpu-box:11434"
+        ) from None
+
+
+def _split_host_port(hostport: str, default_port: int) -> tuple[str, int]:
+    host, port_text = hostport, ""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0:
+            raise ConfigError(f"upstream host {hostport!r} opens '[' without closing it")
+        host, rest = hostport[1:end], hostport[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ""
+    elif hostport.count(":") == 1:
+        host, port_text = hostport.split(":")
+    try:
+        port = int(port_text) if port_text else default_port
+    except ValueError:
+        port = default_port
+    return host, port if 0 <= port <= 65535 else default_port
+
+
+@lru_cache(maxsize=16)
+def bind_addresses(host: str) -> tuple[str, ...]:
+    """The addresses a listener on `host` binds, as asyncio's create_server resolves them
+    (every result of a passive lookup; an empty host means every interface).
+
+    Raises OSError when `host` does not resolve. Cached: resolved once, at start-up."""
+    infos = socket.getaddrinfo(
+        host or None, 0, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+    )
+    return tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def binds_loopback(host: str) -> bool:
+    try:
+        return all_loopback(bind_addresses(host))
+    except OSError:
+        return False  # nothing can be bound either; Settings.check says so
+
+
+def all_loopback(addresses: Iterable[str]) -> bool:
+    """True when there is at least one address and each is a loopback one (`::ffff:127.x`
+    included: a v4-mapped address is its IPv4 address)."""
+    found = False
+    for address in addresses:
+        ip = ipaddress.ip_address(address.partition("%")[0])
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if not ip.is_loopback:
+            return False
+        found = True
+    return found
+
+
+def is_loopback_host(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def forwards_to_itself(upstream: URL, listen_host: str, listen_port: int) -> bool:
+    if upstream.port != listen_port or upstream.host is None:
+        return False
+    target = upstream.host.lower()
+    if target == listen_host.lower():
+        return True
+    unspecified = listen_host in {"0.0.0.0", "::", ""}
+    return is_loopback_host(target) and (unspecified or binds_loopback(listen_host))

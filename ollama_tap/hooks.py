@@ -1,0 +1,116 @@
+"""Observer protocol and safe dispatch of the exchange hooks.
+
+An observer is any object with methods named after hooks; it implements only those it needs.
+Hooks fire in this order for every exchange, from the event loop, and must return quickly
+(no I/O: hand slow work to a queue or a thread):
+
+- ``request(ex)``: once, when the request body has been relayed upstream (or the upstream
+  answered first, or could not be reached) and its fields are on ``ex.request``. When the
+  upstream answered first, they are those of what had arrived; ``ex.request`` is completed
+  from the rest of the body (read for the record) before ``response`` or ``error``.
+- ``response_headers(ex)``: once, when the upstream's status and headers are known. Not
+  fired when the upstream was unreachable. The aiohttp transport fires it before the
+  client's response head is written; the HTTP/1 transport right after (observers never delay
+  the first token), and ``request`` with it if the upstream answered before that had run.
+- ``chunk(ex, piece)``: for each output piece (``OutputChunk``), right after the bytes
+  carrying it were written to the client. Only for replies whose framing was parsed.
+  An observer may implement ``chunks(ex, pieces)`` instead: the same pieces, in the same
+  order, one call per socket read that carried them (a burst brings dozens of tokens in
+  one read; one call for all of them is what keeps a burst cheap), all with the same
+  ``at``. When both exist, ``chunks`` is called and ``chunk`` is not.
+- ``response(ex)``: the upstream's reply was relayed as far as it went; ``ex.outcome`` is
+  ``ok``, ``upstream_error``, ``stream_error`` or ``incomplete`` (no final object, including
+  an upstream that died mid-stream).
+- ``error(ex)``: the proxy could not relay the reply; ``ex.outcome`` is
+  ``client_disconnected``, ``upstream_unreachable``, ``proxy_error`` or ``shutdown``.
+
+Every exchange that fired ``request`` receives exactly one of ``response`` or ``error``.
+A failing observer is logged, counted in ``ollama_tap_observer_errors_total{observer,hook}``
+and skipped; it never breaks a client stream or the other observers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk
+from ollama_tap.metrics.families import OBSERVER_ERRORS
+from ollama_tap.metrics.registered import counter
+
+_PER_EXCHANGE: Final = ("request", "response_headers", "response", "error")
+"""The hooks fired once per exchange; `chunk` (and `chunks`) are dispatched per read."""
+_RESPONSE_OUTCOMES: Final = frozenset(
+    {Outcome.OK, Outcome.UPSTREAM_ERROR, Outcome.STREAM_ERROR, Outcome.INCOMPLETE}
+)
+
+log = structlog.get_logger("ollama_tap.hooks")
+
+
+def observer_name(observer: object) -> str:
+    return str(getattr(observer, "name", type(observer).__name__))
+
+
+class Hooks:
+    """Dispatches hook calls to the observers that implement them."""
+
+    def __init__(self, observers: Iterable[object], registry: CollectorRegistry) -> None:
+        self.observers = list(observers)
+        self._errors = counter(registry, OBSERVER_ERRORS)
+        # Bound methods resolved once, so a hook with no takers costs one empty loop.
+        self._table: dict[str, list[tuple[str, Callable[..., Any]]]] = {
+            hook: [
+                (observer_name(o), getattr(o, hook))
+                for o in self.observers
+                if callable(getattr(o, hook, None))
+            ]
+            for hook in _PER_EXCHANGE
+        }
+        self._batch_takers: list[tuple[str, Callable[..., Any]]] = []
+        self._piece_takers: list[tuple[str, Callable[..., Any]]] = []
+        for o in self.observers:
+            batch, piece = getattr(o, "chunks", None), getattr(o, "chunk", None)
+            if callable(batch):
+                self._batch_takers.append((observer_name(o), batch))
+            elif callable(piece):
+                self._piece_takers.append((observer_name(o), piece))
+        self.wants_chunks = bool(self._batch_takers or self._piece_takers)
+
+    def _call(self, hook: str, *args: Any) -> None:
+        self._dispatch(hook, self._table[hook], *args)
+
+    def _dispatch(
+        self, hook: str, takers: list[tuple[str, Callable[..., Any]]], *args: Any
+    ) -> None:
+        for name, method in takers:
+            try:
+                method(*args)
+            except Exception:
+                self._errors.labels(name, hook).inc()
+                log.exception("observer_failed", observer=name, hook=hook)
+
+    def request(self, ex: Exchange) -> None:
+        self._call("request", ex)
+
+    def response_headers(self, ex: Exchange) -> None:
+        self._call("response_headers", ex)
+
+    def chunks(self, ex: Exchange, pieces: list[OutputChunk]) -> None:
+        """The output pieces one socket read carried: `chunks` takers get them at once,
+        `chunk` takers one by one (errors of either are counted under the hook "chunk")."""
+        # The loop of _dispatch, inline: this runs for every read of every stream.
+        for name, method in self._batch_takers:
+            try:
+                method(ex, pieces)
+            except Exception:
+                self._errors.labels(name, "chunk").inc()
+                log.exception("observer_failed", observer=name, hook="chunk")
+        for piece in pieces if self._piece_takers else ():
+            self._dispatch("chunk", self._piece_takers, ex, piece)
+
+    def end(self, ex: Exchange) -> None:
+        """Fire ``response`` or ``error`` according to ``ex.outcome``."""
+        self._call("response" if ex.outcome in _RESPONSE_OUTCOMES else "error", ex)

@@ -1,0 +1,31 @@
+"""GET /_tap/api/loads: the recent load events, newest first (the auth middleware guards it)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import orjson
+from aiohttp import web
+
+from ollama_tap.loads.tracker import RING, LoadTracker
+
+DEFAULT_LIMIT: Final = 100
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def add_routes(app: web.Application, tracker: LoadTracker) -> None:
+    """`?model=` keeps one model's events, `?limit=` (1 to RING) caps how many."""
+
+    async def loads(request: web.Request) -> web.Response:
+        raw = request.query.get("limit", str(DEFAULT_LIMIT))
+        if not raw.isdigit() or not 1 <= int(raw) <= RING:
+            return _json(
+                {"error": f"limit must be a whole number from 1 to {RING}, not {raw!r}"}, 400
+            )
+        events = tracker.recent(request.query.get("model") or None, int(raw))
+        return _json({"loads": events})
+
+    app.router.add_get("/_tap/api/loads", loads)

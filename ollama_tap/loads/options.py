@@ -1,0 +1,164 @@
+"""A request's effective runner options (Ollama's `needsReload` fields) and their diff.
+
+Research: ollama-truncation-and-loads.md §7.2 (fb30760 `sched.go:1381-1431`) and §10.B L2.
+An option the request leaves unset is absent here ("auto"); Ollama's defaults are applied
+where they decide a comparison: `num_gpu` < 0 is the default, `num_thread` and
+`draft_num_predict` 0 are unset, `num_ctx` is raised to 4 (2048 for vision models) and
+capped at the training context, `shift` is resolved (true except for `deepseek2`).
+Modelfile `PARAMETER`s are not read: a name whose Modelfile sets `num_ctx` is compared by
+the context `/api/ps` shows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from ollama_tap.ollama.payloads import count_or_none
+from ollama_tap.ollama.version import LLAMA_SERVER, Version
+
+INT_FIELDS: Final = ("num_batch", "num_gpu", "main_gpu", "num_thread", "draft_num_predict")
+NEEDS_RELOAD: Final = ("num_ctx", *INT_FIELDS, "use_mmap", "shift")
+"""Every field a change of which reloads the runner, in the order a diff lists them."""
+AUTO: Final = "auto"
+NO_SHIFT_FAMILIES: Final = frozenset({"deepseek2"})
+"""`supportsContextShift` is false for these (`sched.go:129-147`)."""
+_ZERO_DURATION: Final = re.compile(r"[+-]?(?:0+(?:\.0*)?(?:ns|us|µs|μs|ms|s|m|h)?)+")
+_SHIFT: Final = b'"shift"'
+
+
+def is_zero_keep_alive(value: Any) -> bool:
+    """Whether `keep_alive` asks for an unload as soon as the request ends (0, "0", "0s")."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return value == 0
+    return isinstance(value, str) and _ZERO_DURATION.fullmatch(value.strip()) is not None
+
+
+def shift_field(body: bytes | None) -> bool | None:
+    """The request's top-level `shift`, when it is a boolean; the body is parsed only when
+    it holds the key, so ordinary requests cost one byte search."""
+    if not body or _SHIFT not in body:
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    value = data.get("shift") if isinstance(data, dict) else None
+    return value if isinstance(value, bool) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFacts:
+    """What /api/show told about a model that its runner options depend on."""
+
+    family: str = ""
+    train_ctx: int | None = None
+    vision: bool = False
+
+
+def runner_options(
+    options: dict[str, Any] | None,
+    shift: bool | None,
+    facts: ModelFacts,
+    version: Version | None,
+) -> dict[str, Any]:
+    """The `needsReload` fields a request's runner would be loaded with; unset ones absent.
+    Runs for every request: only the fields the request set are looked at."""
+    modern = version is None or version >= LLAMA_SERVER
+    out: dict[str, Any] = {}
+    opts = options or {}
+    for field in _RELOAD_FIELDS.intersection(opts):
+        value = _runner_value(field, opts[field], facts, modern)
+        if value is not None:
+            out[field] = value
+    if modern:
+        out["shift"] = shift if shift is not None else facts.family not in NO_SHIFT_FAMILIES
+    return out
+
+
+_RELOAD_FIELDS: Final = frozenset(NEEDS_RELOAD) - {"shift"}
+"""The fields read from `options` (`shift` is a top-level field of the request)."""
+_ZERO_IS_UNSET: Final = frozenset({"num_thread", "draft_num_predict"})
+
+
+def _runner_value(field: str, value: Any, facts: ModelFacts, modern: bool) -> Any:
+    """One option as the runner would be loaded with it; None when it leaves the default."""
+    if field == "num_ctx":
+        num_ctx = count_or_none(value)
+        if not num_ctx:
+            return None
+        num_ctx = max(num_ctx, 2048 if facts.vision else 4)
+        return min(num_ctx, facts.train_ctx) if facts.train_ctx else num_ctx
+    if field == "use_mmap":
+        return value if isinstance(value, bool) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    number = int(value)
+    if field == "num_gpu" and number < 0:
+        return None
+    if field in _ZERO_IS_UNSET and number == 0:
+        return None
+    if field == "draft_num_predict" and not modern:
+        return None
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One field whose value differs between the resident runner and a request."""
+
+    field: str
+    old: Any
+    new: Any
+
+    @property
+    def text(self) -> str:
+        return f"{self.field} {_shown(self.old)} → {_shown(self.new)}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"field": self.field, "from": self.old, "to": self.new}
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return AUTO
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def reload_changes(
+    runner: dict[str, Any] | None,
+    runner_ctx: int | None,
+    request: dict[str, Any],
+    auto_ctx: int | None,
+) -> list[Change]:
+    """The fields that make Ollama reload a resident runner for this request (rule L2).
+
+    `runner` is the loader's options (None: the proxy did not see that load, so only an
+    explicit `num_ctx` against `/api/ps` can be told), `runner_ctx` the `context_length`
+    /api/ps shows, `auto_ctx` the context an "auto" request was last loaded with.
+    """
+    changes: list[Change] = []
+    old_ctx = runner_ctx if runner_ctx is not None else (runner or {}).get("num_ctx")
+    new_ctx = request.get("num_ctx")
+    if new_ctx is not None:
+        if old_ctx is not None and new_ctx != old_ctx:
+            changes.append(Change("num_ctx", old_ctx, new_ctx))
+    elif runner is not None and "num_ctx" in runner and (auto_ctx is None or auto_ctx != old_ctx):
+        # An explicit runner followed by an auto request reloads, back to the default.
+        changes.append(Change("num_ctx", old_ctx, auto_ctx))
+    if runner is None:
+        return changes
+    for field in NEEDS_RELOAD[1:]:
+        old, new = runner.get(field), request.get(field)
+        if field == "num_gpu" and new is None:
+            continue  # a request with the default never reloads
+        if old != new:
+            changes.append(Change(field, old, new))
+    return changes

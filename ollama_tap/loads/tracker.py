@@ -1,0 +1,378 @@
+"""LoadTracker: the observer that turns replies and /api/ps snapshots into load events."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from ollama_tap.cloud import is_cloud_model
+from ollama_tap.exchange import Exchange, Outcome
+from ollama_tap.loads.events import Cause, Departure, LoadEvent
+from ollama_tap.loads.metrics import LoadMetrics
+from ollama_tap.loads.options import (
+    ModelFacts,
+    is_zero_keep_alive,
+    reload_changes,
+    runner_options,
+    shift_field,
+)
+from ollama_tap.loads.state import (
+    DIED_TEXTS,
+    OOM_TEXTS,
+    UNLOADING,
+    Pending,
+    Runner,
+    cause_of,
+    matches,
+    why_gone,
+)
+from ollama_tap.measures import COLD_START_NS
+from ollama_tap.names import ModelLabels, model_key, valid_key
+from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
+from ollama_tap.ollama.state import LoadedModel
+from ollama_tap.ollama.version import parse_version
+
+NAME: Final = "loads"
+RECORD_KEY: Final = "load_event"
+"""`ex.metadata` key of the load event a record carries (ollama_tap/recorder/record.py)."""
+RING: Final = 500
+"""Load events kept for /_tap/api/loads."""
+TRACKED: Final = INFERENCE_ENDPOINTS | EMBEDDING_ENDPOINTS
+"""Routes whose requests make Ollama schedule a runner."""
+
+log = structlog.get_logger("ollama_tap.loads")
+
+
+class Upstream(Protocol):
+    """What the tracker asks of the poller."""
+
+    @property
+    def version(self) -> str | None: ...
+
+    def digest_of(self, model: str | None) -> str | None: ...
+
+    def model_facts(self, model: str | None) -> tuple[str, int | None]: ...
+
+    def poke_ps(self, then: Callable[[], None] | None = None) -> None: ...
+
+
+class LoadTracker:
+    """One load event per model load the proxy can see (research §10.B, rules L0-L7).
+
+    `request` notes the runner as the request finds it and predicts a reload (L2, before
+    Ollama acts); `response`/`error` turn a reply whose `load_duration` exceeds a second
+    into a load event (or a waiter of the one under way), note keep_alive 0 unloads and
+    runner failures; `ps` (each /api/ps snapshot) notices loads no reply showed, and why
+    models left. Cloud models never reach a runner (C4) and are skipped.
+    """
+
+    name = NAME
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        labels: ModelLabels,
+        upstream: Upstream,
+        *,
+        is_remote: Callable[[str | None], bool] = is_cloud_model,
+    ) -> None:
+        self.m = LoadMetrics(registry)
+        self.labels = labels
+        self.upstream = upstream
+        self.is_remote = is_remote
+        self.events: deque[LoadEvent] = deque(maxlen=RING)
+        self._runners: dict[str, Runner] = {}
+        self._snapshots = 0
+        self._down = False
+        self._oom_at = float("-inf")
+        labels.on_free(self.m.forget_model)
+
+    # --- hooks
+
+    def request(self, ex: Exchange) -> None:
+        model = ex.model
+        if ex.endpoint not in TRACKED or not model or self.is_remote(model):
+            return
+        key = self._key(model)
+        runner = self._runner(key, model)
+        family, train = self.upstream.model_facts(model)
+        opts = runner_options(
+            ex.request.options,
+            shift_field(ex.request_body),
+            ModelFacts(family, train),
+            parse_version(self.upstream.version),
+        )
+        now = time.time()
+        if runner.resident and runner.expired_idle(now):
+            runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
+        p = Pending(ex.id, key, model, ex.client, ex.endpoint, ex.started, ex.started_wall,
+                    opts, runner.resident)  # fmt: skip
+        # Not resident while requests for it are in flight: a load is under way.
+        p.behind = not runner.resident and bool(runner.flight)
+        if runner.resident:
+            ctx = runner.row.context_length if runner.row is not None else None
+            p.changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
+            if p.changes:
+                self._predicted(ex, p)
+        runner.flight[ex.id] = p
+        ex.metadata[NAME] = p
+
+    def response(self, ex: Exchange) -> None:
+        p: Pending | None = ex.metadata.pop(NAME, None)
+        if p is None:
+            return
+        runner = self._runner(p.key, p.model)
+        runner.flight.pop(p.id, None)
+        event = None
+        load = ex.usage.load_duration if ex.usage is not None else 0
+        long_load_reply = ex.done_reason == "load" and (ex.duration or 0.0) * 1e9 > COLD_START_NS
+        if load > COLD_START_NS or long_load_reply:
+            event = self._reply_load(runner, p, load / 1e9 if load else ex.duration)
+        elif (cur := runner.current) is not None and (cur.request == p.id or p.id in cur.waited):
+            event = cur
+        if event is not None:
+            role = "trigger" if event.request == p.id else "waited"
+            ex.metadata[RECORD_KEY] = {**event.as_json(), "role": role}
+        self._after(runner, p, ex)
+        if not runner.flight and not runner.seen:
+            # Never loaded (a name Ollama refused, a failed request): nothing to keep, and
+            # names a client makes up must not pile up here.
+            self._runners.pop(p.key, None)
+
+    def error(self, ex: Exchange) -> None:
+        self.response(ex)
+
+    def _after(self, runner: Runner, p: Pending, ex: Exchange) -> None:
+        """What the end of a request says about its runner's future: unloaded, failed."""
+        if matches(OOM_TEXTS, ex.error_message):
+            self._oom_at = time.monotonic()
+        runner.failed = matches(DIED_TEXTS, ex.error_message) or ex.outcome is Outcome.INCOMPLETE
+        unload = ex.done_reason == "unload" or (
+            is_zero_keep_alive(ex.request.keep_alive) and ex.outcome is Outcome.OK
+        )
+        if unload and (p.resident or runner.resident):
+            runner.resident = False
+            runner.departure = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
+            runner.unloading_until = time.monotonic() + UNLOADING
+            self.upstream.poke_ps()
+
+    # --- /api/ps
+
+    def ps(self, loaded: dict[str, LoadedModel] | None) -> None:
+        """One /api/ps snapshot (None: Ollama stopped answering)."""
+        if loaded is None:
+            self._down = True
+            return
+        now, mono = time.time(), time.monotonic()
+        rows: dict[str, LoadedModel] = {}
+        for entry in loaded.values():
+            rows[self._row_key(entry)] = entry
+        first, after_down = self._snapshots == 0, self._down
+        self._snapshots += 1
+        self._down = False
+        if first or after_down:
+            self._baseline(rows, restart=after_down)
+            return
+        appeared = [
+            k for k, row in rows.items()
+            if not self._runner(k, row.name).resident and not self._unloading(k, mono)
+        ]  # fmt: skip
+        # What may have made room: a model new in this read, one a reply showed loading,
+        # or one a request is waiting for (absent while it loads).
+        loaders = appeared + [
+            k for k, r in self._runners.items()
+            if k not in appeared and (r.fresh is not None or (r.flight and not r.resident))
+        ]  # fmt: skip
+        for key in appeared:
+            self._ps_load(self._runners[key], rows[key], mono)
+        for key, runner in list(self._runners.items()):
+            if runner.resident and key not in rows:
+                self._gone(key, runner, now, mono, loaders)
+        for key, row in rows.items():
+            runner = self._runners[key]
+            fresh = runner.fresh
+            if fresh is not None:
+                fresh.context_length = row.context_length
+                if runner.opts is not None and "num_ctx" not in runner.opts:
+                    runner.auto_ctx = row.context_length
+                runner.fresh = None
+            runner.row = row
+
+    def _baseline(self, rows: dict[str, LoadedModel], *, restart: bool) -> None:
+        """The first snapshot (or the first after Ollama was down): models listed are
+        resident with unknown options; after a restart, those missing went with it (L7)."""
+        for key, runner in self._runners.items():
+            if restart and runner.resident and key not in rows:
+                runner.resident, runner.departure = False, Departure(Cause.RESTART)
+        for key, row in rows.items():
+            runner = self._runner(key, row.name)
+            if not runner.resident and runner.flight:
+                self._ps_load(runner, row, time.monotonic())  # loading for a request seen
+            elif not runner.resident:
+                runner.resident, runner.seen, runner.opts = True, True, None
+            runner.row = row
+            self._zeros(runner.name)
+
+    def _gone(self, key: str, runner: Runner, now: float, mono: float, loaders: list[str]) -> None:
+        runner.resident = False
+        if runner.flight:
+            return  # being reloaded for a request in flight: its reply tells why
+        if runner.departure is not None:
+            return
+        # A new digest under the same name replaced the model rather than evicting it.
+        loader = next((k for k in loaders if self._runners[k].name != runner.name), None)
+        loader_name = self._runners[loader].name if loader is not None else None
+        dep = runner.departure = why_gone(runner, now, mono, loader_name, self._oom_at)
+        if dep.cause is Cause.EVICTED and loader is not None:
+            self.m.evictions[self._label(runner.name), self._label(dep.by)].inc()
+            by = self._runners[loader]
+            if by.resident and by.current is not None:
+                by.current.evicted.append(runner.name)
+            else:
+                by.victims.append(runner.name)  # its load is still under way
+            log.info("model_evicted", model=runner.name, by=dep.by)
+
+    def _ps_load(self, runner: Runner, row: LoadedModel, mono: float) -> None:
+        """A model new in /api/ps that no reply has shown loading (L0 b)."""
+        p = runner.earliest()
+        event = self._new_event(runner, p, time.time(), mono, source="ps")
+        event.noticed = mono
+        event.context_length = row.context_length
+        if p is not None:
+            event.waited = [q.id for q in runner.flight.values() if q is not p]
+        if runner.opts is not None and "num_ctx" not in runner.opts:
+            runner.auto_ctx = row.context_length
+
+    # --- events
+
+    def _reply_load(self, runner: Runner, p: Pending, seconds: float | None) -> LoadEvent:
+        """A reply that waited for a load: the load under way (L0: concurrent cold requests
+        are one load, the earliest its trigger), or a new one."""
+        cur, start = runner.current, p.started
+        if cur is not None and (cur.request == p.id or p.id in cur.waited):
+            if cur.request == p.id:
+                cur.load_duration = seconds  # the trigger, made by a waiter or /api/ps
+            return cur
+        # One load when the request arrived before it was over and wants the same options.
+        if cur is not None and not p.changes and start < cur.window_end(0.0):
+            if cur.request is not None and start < cur.started:
+                cur.waited.append(cur.request)
+                self._trigger(cur, p)
+                cur.load_duration = seconds
+            elif p.id not in cur.waited:
+                cur.waited.append(p.id)
+            return cur
+        # An earlier request still waiting, that found the runner as this one did, waits
+        # for the same load: it is the trigger.
+        earlier = [
+            q for q in runner.flight.values() if q.started < start and (p.behind or _alike(q, p))
+        ]
+        trigger = min(earlier, key=lambda q: q.started) if earlier else p
+        event = self._new_event(runner, trigger, trigger.wall, trigger.started, source="reply")
+        if trigger is p:
+            event.load_duration = seconds
+        else:
+            event.waited.append(p.id)
+        event.noticed = start + (seconds or 0.0)
+        runner.fresh = event
+        self.upstream.poke_ps()
+        return event
+
+    def _new_event(
+        self, runner: Runner, p: Pending | None, at: float, started: float, *, source: str
+    ) -> LoadEvent:
+        cause, dep = cause_of(runner, p)
+        event = LoadEvent(runner.name, cause, at, started, departure=dep, source=source)
+        event.evicted, runner.victims = runner.victims, []
+        if p is not None:
+            self._trigger(event, p)
+            event.changes = list(p.changes) if cause is Cause.OPTIONS_CHANGED else []
+            event.predicted = bool(p.changes)
+            runner.opts = p.opts
+        else:
+            runner.opts = None
+        runner.resident = runner.seen = True
+        runner.departure, runner.current, runner.failed = None, event, False
+        runner.row = None
+        self.events.append(event)
+        self._zeros(runner.name)
+        self.m.loads[self._label(runner.name), str(cause)].inc()
+        log.info(
+            "model_load", model=runner.name, cause=str(cause), detail=event.detail,
+            request=event.request, client=event.client,
+        )  # fmt: skip
+        return event
+
+    @staticmethod
+    def _trigger(event: LoadEvent, p: Pending) -> None:
+        event.request, event.client, event.endpoint = p.id, p.client, p.endpoint
+        event.at, event.started = p.wall, p.started
+
+    def _predicted(self, ex: Exchange, p: Pending) -> None:
+        label = self._label(p.model)
+        for change in p.changes:
+            self.m.predicted[label, change.field].inc()
+        log.warning(
+            "reload_predicted", model=p.model, client=ex.client, request=ex.id,
+            changes=[c.text for c in p.changes],
+        )  # fmt: skip
+
+    # --- keys
+
+    def _key(self, model: str) -> str:
+        digest = self.upstream.digest_of(model)
+        if digest:
+            return digest
+        valid = valid_key(model)
+        return f"name:{valid[0] if valid else model}"
+
+    def _row_key(self, row: LoadedModel) -> str:
+        key = row.digest or f"name:{model_key(row.name)}"
+        alias = f"name:{model_key(row.name)}"
+        if key != alias and alias in self._runners and key not in self._runners:
+            # Seen by name before /api/tags told its digest: one runner.
+            runner = self._runners[key] = self._runners.pop(alias)
+            for pending in runner.flight.values():
+                pending.key = key
+        return key
+
+    def _runner(self, key: str, name: str) -> Runner:
+        runner = self._runners.get(key)
+        if runner is None:
+            runner = self._runners[key] = Runner(self.labels.spelling(name) or name)
+        return runner
+
+    def _unloading(self, key: str, mono: float) -> bool:
+        return self._runners[key].unloading_until > mono
+
+    def _zeros(self, name: str) -> None:
+        """Every cause of a model a series from its first sight, so increase() sees the
+        first load of each."""
+        label = self._label(name)
+        if (label, str(Cause.UNKNOWN)) not in self.m.loads:
+            for cause in Cause:
+                self.m.loads[label, str(cause)].inc(0)
+
+    def _label(self, name: str | None) -> str:
+        return self.labels.label(name)
+
+    def recent(self, model: str | None = None, limit: int = RING) -> list[dict[str, Any]]:
+        """The newest load events first, optionally of one model (as the API lists them)."""
+        wanted = model_key(model) if model else None
+        out = []
+        for event in reversed(self.events):
+            if wanted is None or model_key(event.model) == wanted:
+                out.append(event.as_json())
+                if len(out) >= limit:
+                    break
+        return out
+
+
+def _alike(a: Pending, b: Pending) -> bool:
+    """Two requests that found their runner alike (resident or not, the same changes)."""
+    return a.resident == b.resident and [c.text for c in a.changes] == [c.text for c in b.changes]

@@ -1,0 +1,64 @@
+"""The rows of /api/ps and /api/tags as the poller reads them, and Go's JSON times."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ollama_tap.names import is_valid_name
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """One /api/ps entry."""
+
+    label: str
+    digest: str
+    size: int
+    size_vram: int
+    context_length: int | None
+    name: str = ""
+    """The name /api/ps lists (the name of the request that loaded the runner)."""
+    expires_at: float | None = None
+    """Unix seconds of `expires_at`, None when absent or unreadable."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """One /api/tags entry."""
+
+    label: str
+    name: str
+    digest: str
+
+
+def go_time(value: object) -> float | None:
+    """Unix seconds of a Go `time.Time` in JSON (RFC 3339, up to nanoseconds), else None."""
+    if not isinstance(value, str):
+        return None
+    text = re.sub(r"(\.\d{6})\d+", r"\1", value).replace("Z", "+00:00")
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def same_model(a: LoadedModel | None, b: LoadedModel | None) -> bool:
+    """Whether two /api/ps entries of a name are the same loaded model (digests, when both
+    are known, must agree)."""
+    if a is None or b is None:
+        return a is b
+    return not (a.digest and b.digest and a.digest != b.digest)
+
+
+def entries(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, entry) for each well-formed entry of a /api/tags or /api/ps reply."""
+    models = data.get("models")
+    out: list[tuple[str, dict[str, Any]]] = []
+    for entry in models if isinstance(models, list) else []:
+        name = entry.get("name") or entry.get("model") if isinstance(entry, dict) else None
+        if isinstance(name, str) and is_valid_name(name):
+            out.append((name, entry))
+    return out

@@ -1,0 +1,396 @@
+"""Poller of Ollama's /api/version, /api/tags, /api/ps and /api/show: upstream and model state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
+
+import aiohttp
+import orjson
+import structlog
+from prometheus_client import CollectorRegistry
+
+from ollama_tap.config import Settings
+from ollama_tap.metrics.registered import UpstreamMetrics
+from ollama_tap.names import ModelLabels, model_key, valid_key
+from ollama_tap.ollama.payloads import count_or_none, count_or_zero, dict_or_none, str_or_empty
+from ollama_tap.ollama.state import LoadedModel, LocalModel, go_time, same_model
+from ollama_tap.ollama.state import entries as rows_of
+
+PsListener = Callable[["dict[str, LoadedModel] | None"], None]
+"""Told each /api/ps snapshot (by model key), or None when Ollama stopped answering."""
+
+POLL_TIMEOUT: Final = aiohttp.ClientTimeout(total=10, sock_connect=3)
+"""Polls, not proxied traffic: a slow answer is a failed poll, retried next interval."""
+SHOW_RETRY: Final = 300.0
+"""Seconds before a model whose /api/show failed is asked again (not every round: each
+failure is a poll error, and a hung one costs the whole timeout)."""
+
+log = structlog.get_logger("ollama_tap.upstream")
+
+
+class PollError(Exception):
+    """One read of the upstream failed (unreachable, status, or not the JSON expected)."""
+
+
+class UpstreamPoller:
+    """Reads Ollama every `poll_interval` seconds and keeps the upstream and model gauges.
+
+    Each round reads /api/version (which decides `up`), then, when up, /api/ps (loaded
+    models, their runtime context, load and unload counts) and /api/tags (the known model
+    names, and /api/show once per new digest for `model_info`), ps first so that slow shows
+    never delay it. While Ollama is down, no model is reported loaded (its gauges would
+    describe a server that is not answering); the first read after is a new baseline.
+    Failures count in `ollama_tap_upstream_poll_errors_total`; only changes of state are
+    logged.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: CollectorRegistry,
+        labels: ModelLabels,
+        *,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.interval = settings.poll_interval
+        self.base = settings.upstream_url
+        self.labels = labels
+        self.m = UpstreamMetrics(registry)
+        self._session = session
+        self._owns_session = session is None
+        self._up: bool | None = None
+        self._version: str | None = None
+        self._tags: dict[str, LocalModel] = {}
+        self._loaded: dict[str, LoadedModel] | None = None
+        self._shown: dict[str, tuple[str, str, str]] = {}
+        self._train: dict[str, int] = {}
+        """Training context (`<arch>.context_length` of /api/show) by digest cache key."""
+        self._ps_listeners: list[PsListener] = []
+        self._info: dict[str, tuple[str, str, str, str]] = {}
+        self._tags_lock = asyncio.Lock()
+        self._ps_lock = asyncio.Lock()
+        """One /api/ps read at a time: an older reply landing late would roll state back."""
+        self._show_retry: dict[str, float] = {}
+        self._main: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Task[None]] = {}
+        labels.set_refresher(self.refresh_tags)
+        labels.on_free(self._forget_model)
+
+    @property
+    def up(self) -> bool:
+        """Whether Ollama answered the last /api/version read."""
+        return bool(self._up)
+
+    async def start(self) -> None:
+        """Open the poller's own session (unless one was given) and start polling."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=POLL_TIMEOUT, trust_env=False, cookie_jar=aiohttp.DummyCookieJar()
+            )
+        self._main = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Cancel the polls in progress and close the session the poller opened."""
+        tasks = [t for t in (self._main, *self._pending.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def version(self) -> str | None:
+        """Ollama's version per the last /api/version read (None before the first)."""
+        return self._version
+
+    def context_length(self, model: str | None) -> int | None:
+        """The runtime context (num_ctx) of a loaded model per the last /api/ps, else None."""
+        entry = self._loaded_entry(model)
+        return None if entry is None else entry.context_length
+
+    def digest_of(self, model: str | None) -> str | None:
+        """The digest of the model a name stands for now (per /api/tags, else /api/ps)."""
+        valid = valid_key(model) if isinstance(model, str) else None
+        if valid is None:
+            return None
+        local = self._tags.get(valid[0])
+        if local is not None and local.digest:
+            return local.digest
+        entry = self._loaded_entry(model)
+        return entry.digest if entry is not None and entry.digest else None
+
+    def on_ps(self, listener: PsListener) -> None:
+        """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
+        self._ps_listeners.append(listener)
+
+    def model_facts(self, model: str | None) -> tuple[str, int | None]:
+        """The family and the training context of a model per its /api/show ("", None when
+        not shown yet)."""
+        valid = valid_key(model) if isinstance(model, str) else None
+        local = self._tags.get(valid[0]) if valid is not None else None
+        if local is None:
+            return "", None
+        cache_key = local.digest or f"name:{valid[0] if valid else ''}"
+        details = self._shown.get(cache_key)
+        return (details[0] if details else ""), self._train.get(cache_key)
+
+    def poke_ps(self, then: Callable[[], None] | None = None) -> None:
+        """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx; call
+        `then` once that read has ended (read or failed), or at once if none can be made."""
+        task = self._schedule("ps", self.poll_ps)
+        if then is None:
+            return
+        if task is None:
+            then()
+        else:
+            task.add_done_callback(lambda _: then())
+
+    def refresh_tags(self) -> None:
+        """Read /api/tags soon (ModelLabels calls it, rate-limited, for an unknown name)."""
+        self._schedule("tags", self.poll_tags)
+
+    async def poll(self) -> None:
+        """One round: version, then tags and ps when Ollama answered."""
+        try:
+            reply = await self._read("GET", "api/version")
+        except PollError as exc:
+            self._set_up(False, str(exc))
+            async with self._ps_lock:  # a poked read in flight must not bring them back
+                self._forget_loaded()
+                self._tell_ps(None)
+            return
+        version = str(reply.get("version", ""))
+        self._set_up(True, version)
+        self._set_version(version)
+        await self.poll_ps()
+        await self.poll_tags()
+
+    async def poll_tags(self) -> None:
+        async with self._tags_lock:
+            if (data := await self._poll("api/tags")) is None:
+                return
+            entries = rows_of(data)
+            self.labels.set_known("tags", (name for name, _ in entries))
+            self._tags = {
+                model_key(name): LocalModel(
+                    self.labels.label(name), name, str_or_empty(e.get("digest"))
+                )
+                for name, e in entries
+            }
+            await self._update_info()
+
+    async def poll_ps(self) -> None:
+        async with self._ps_lock:
+            if (data := await self._poll("api/ps")) is not None:
+                self._take_ps(data)
+
+    async def _poll(self, path: str) -> dict[str, Any] | None:
+        """One GET of a state route; None when it failed (counted by `_read`)."""
+        try:
+            return await self._read("GET", path)
+        except PollError as exc:
+            log.debug("poll_failed", error=str(exc))
+            return None
+
+    def _take_ps(self, data: dict[str, Any]) -> None:
+        entries = rows_of(data)
+        self.labels.set_known("ps", (name for name, _ in entries))
+        loaded = {model_key(name): self._loaded_model(name, e) for name, e in entries}
+        self._count_transitions(loaded)
+        for entry in loaded.values():
+            self.m.loaded.labels(entry.label).set(1)
+            self.m.size.labels(entry.label).set(entry.size)
+            self.m.vram.labels(entry.label).set(entry.size_vram)
+            if entry.context_length is not None:
+                self.m.context_length.labels(entry.label).set(entry.context_length)
+            else:
+                self._remove_gauges(entry.label, self.m.context_length)
+        self._loaded = loaded
+        self._tell_ps(loaded)
+
+    def _tell_ps(self, loaded: dict[str, LoadedModel] | None) -> None:
+        for listener in self._ps_listeners:
+            try:
+                listener(loaded)
+            except Exception:
+                # A listener's fault must not stop the gauges of the next snapshot.
+                self.m.poll_errors.inc()
+                log.exception("ps_listener_failed")
+
+    @property
+    def _model_gauges(self) -> tuple[Any, ...]:
+        """The gauges a loaded model has besides `model_loaded` (kept at 0 after unload)."""
+        return (self.m.size, self.m.vram, self.m.context_length)
+
+    def _forget_loaded(self) -> None:
+        for entry in (self._loaded or {}).values():
+            self._remove_gauges(entry.label, *self._model_gauges, self.m.loaded)
+        self._loaded = None
+
+    def _forget_model(self, label: str) -> None:
+        """A freed label slot: the counters and the 0 `model_loaded` an unload left go too."""
+        self._remove_gauges(label, self.m.loaded, self.m.unloads)
+
+    @staticmethod
+    def _remove_gauges(label: str, *gauges: Any) -> None:
+        for gauge in gauges:
+            with contextlib.suppress(KeyError):
+                gauge.remove(label)
+
+    def _loaded_model(self, name: str, e: dict[str, Any]) -> LoadedModel:
+        return LoadedModel(
+            label=self.labels.label(name),
+            digest=str_or_empty(e.get("digest")),
+            size=count_or_zero(e.get("size")),
+            size_vram=count_or_zero(e.get("size_vram")),
+            context_length=count_or_none(e.get("context_length")),
+            name=name,
+            expires_at=go_time(e.get("expires_at")),
+        )
+
+    def _count_transitions(self, loaded: dict[str, LoadedModel]) -> None:
+        # The first read is a baseline: models loaded before the proxy started are not loads
+        # it saw, but their counters start at 0 so increase() sees the first real one.
+        # A new digest under the same name (pulled again, then used) is the old model
+        # unloaded and the new one loaded. Loads are counted, with their cause, by the
+        # load tracker (ollama_tap/loads/), which also sees loads that fall between two reads.
+        before = self._loaded
+        for key, entry in loaded.items():
+            self.m.unloads.labels(entry.label)
+            if before is not None and not same_model(before.get(key), entry):
+                log.info("model_loaded", model=entry.label, digest=entry.digest)
+        for key, entry in (before or {}).items():
+            if not same_model(entry, loaded.get(key)):
+                self.m.unloads.labels(entry.label).inc()
+                log.info("model_unloaded", model=entry.label, digest=entry.digest)
+                if key not in loaded:
+                    self.m.loaded.labels(entry.label).set(0)
+                    self._remove_gauges(entry.label, *self._model_gauges)
+
+    async def _update_info(self) -> None:
+        for key, local in self._tags.items():
+            cache_key = local.digest or f"name:{key}"
+            details = self._shown.get(cache_key)
+            if details is None:
+                if self._show_retry.get(cache_key, 0.0) > time.monotonic():
+                    continue
+                shown = await self._show(local.name)
+                if shown is None:
+                    self._show_retry[cache_key] = time.monotonic() + SHOW_RETRY
+                    continue
+                details, train = shown
+                self._shown[cache_key] = details
+                if train is not None:
+                    self._train[cache_key] = train
+            self._set_info(key, (local.label, *details))
+        for key in self._info.keys() - self._tags.keys():
+            self.m.model_info.remove(*self._info.pop(key))
+        current = {t.digest or f"name:{k}" for k, t in self._tags.items()}
+        self._shown = {k: v for k, v in self._shown.items() if k in current}
+        self._train = {k: v for k, v in self._train.items() if k in current}
+        self._show_retry = {k: v for k, v in self._show_retry.items() if k in current}
+
+    async def _show(self, name: str) -> tuple[tuple[str, str, str], int | None] | None:
+        try:
+            data = await self._read("POST", "api/show", {"model": name})
+        except PollError as exc:
+            log.debug("poll_failed", error=str(exc))
+            return None
+        d = dict_or_none(data.get("details")) or {}
+        info = dict_or_none(data.get("model_info")) or {}
+        arch = str_or_empty(info.get("general.architecture"))
+        details = (
+            str_or_empty(d.get("family")),
+            str_or_empty(d.get("parameter_size")),
+            str_or_empty(d.get("quantization_level")),
+        )
+        return details, count_or_none(info.get(f"{arch}.context_length")) if arch else None
+
+    def _set_info(self, key: str, labels: tuple[str, str, str, str]) -> None:
+        previous = self._info.get(key)
+        if previous == labels:
+            return
+        if previous is not None:
+            self.m.model_info.remove(*previous)
+        self.m.model_info.labels(*labels).set(1)
+        self._info[key] = labels
+
+    def _loaded_entry(self, model: str | None) -> LoadedModel | None:
+        """The /api/ps entry of a name, or of another name for the same model: Ollama keys
+        runners by blob, so `llama3.2:3b` runs in the runner /api/ps lists as
+        `llama3.2:latest` when both name one digest."""
+        valid = valid_key(model) if isinstance(model, str) else None
+        if valid is None or self._loaded is None:
+            return None
+        entry = self._loaded.get(valid[0])
+        local = self._tags.get(valid[0])
+        if entry is None and local is not None and local.digest:
+            entry = next((e for e in self._loaded.values() if e.digest == local.digest), None)
+        return entry
+
+    def _set_up(self, up: bool, detail: str) -> None:
+        self.m.up.set(1 if up else 0)
+        if up != self._up:
+            if up:
+                log.info("upstream_up", upstream=str(self.base), version=detail)
+            else:
+                log.warning("upstream_down", upstream=str(self.base), error=detail)
+        self._up = up
+
+    def _set_version(self, version: str) -> None:
+        if version == self._version:
+            return
+        if self._version is not None:
+            self.m.info.remove(self._version)
+            log.info("upstream_version_changed", old=self._version, new=version)
+        self.m.info.labels(version).set(1)
+        self._version = version
+
+    async def _read(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """One JSON object from the upstream; any failure is counted and raised as PollError."""
+        if self._session is None:
+            raise PollError("the poller is not started")
+        try:
+            async with self._session.request(method, self.base / path, json=body) as resp:
+                if resp.status != 200:
+                    raise PollError(f"/{path}: HTTP {resp.status}")
+                data = orjson.loads(await resp.read())
+            if not isinstance(data, dict):
+                raise PollError(f"/{path}: not a JSON object")
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError, PollError) as exc:
+            self.m.poll_errors.inc()
+            raise PollError(str(exc) or type(exc).__name__) from exc
+        return data
+
+    async def _run(self) -> None:
+        while True:
+            await self._guarded(self.poll)
+            await asyncio.sleep(self.interval)
+
+    async def _guarded(self, job: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            await job()
+        except Exception:
+            # A reply shaped unlike any Ollama's must not end the polling for good.
+            self.m.poll_errors.inc()
+            log.exception("poll_crashed")
+
+    def _schedule(
+        self, kind: str, job: Callable[[], Coroutine[Any, Any, None]]
+    ) -> asyncio.Task[None] | None:
+        """The read of `kind` to come: a new one, or the one already scheduled."""
+        if self._session is None:
+            return None
+        if kind in self._pending:
+            return self._pending[kind]
+        task = asyncio.get_running_loop().create_task(self._guarded(job))
+        self._pending[kind] = task
+        task.add_done_callback(lambda _: self._pending.pop(kind, None))
+        return task
