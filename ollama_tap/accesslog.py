@@ -8,6 +8,7 @@ from collections.abc import Callable
 import structlog
 
 from ollama_tap.exchange import Exchange
+from ollama_tap.hooks import Phase
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -22,6 +23,7 @@ class AccessLog:
     """
 
     name = "accesslog"
+    phase = Phase.SINK
 
     def __init__(self, label: Callable[[object], str]) -> None:
         self.log = structlog.get_logger("ollama_tap.access")

@@ -96,8 +96,9 @@ def make_app(
 ) -> web.Application:
     """Build the proxy: observers, routes, middlewares and lifecycle, all from `settings`.
 
-    `observers` are added after the built-in ones (model labels, metrics, recorder, access
-    log); `labels` replaces the ModelLabels made from the settings (a test's clock).
+    `observers` are added after the built-in ones of their phase (hooks.Phase; one that
+    declares none is a sink, after the metrics, recorder, access log and spans); `labels`
+    replaces the ModelLabels made from the settings (a test's clock).
     """
     registry = registry if registry is not None else CollectorRegistry()
     local_addresses()  # resolved now, not on the event loop at the first foreign Host
@@ -117,8 +118,9 @@ def make_app(
         settings.client_label_cap, header=settings.client_header, rules=settings.clients
     )
     inflight = InFlight(labels.label)
-    metrics = [MetricsObserver(registry, labels, poller, clients)] if settings.metrics else []
-    if settings.metrics:
+    metrics = [MetricsObserver(registry, labels, poller)] if settings.metrics else []
+    if metrics:
+        clients.on_free(metrics[0].m.forget_client)
         inflight_metrics.register(registry, inflight)
     labels.on_free(lambda model: inflight.forget("model", model))
     clients.on_free(lambda client: inflight.forget("client", client))
@@ -127,16 +129,14 @@ def make_app(
     truncation = TruncationObserver(registry, labels, poller)
     loads = LoadTracker(registry, labels, poller)
     poller.on_ps(loads.ps)
-    # The names first: every other observer sees the client's name, and a reply head that
-    # proves a model's name does so before the others look; the truncation verdict and the
-    # loads before the recorder, whose row carries both.
+    # Hooks orders them by the phase each declares (names, analysis, sinks: hooks.Phase).
     builtin = [
         clients,
         labels,
-        *metrics,
         inflight,
         truncation,
         loads,
+        *metrics,
         recorder,
         AccessLog(labels.label),
         *traced,

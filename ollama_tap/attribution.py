@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Final
 
 from ollama_tap.exchange import Exchange
+from ollama_tap.hooks import Phase
 from ollama_tap.slots import IDLE_RELEASE, LabelSlots
 
 NAME: Final = "client-names"
@@ -131,6 +132,7 @@ class ClientNames:
     """
 
     name = NAME
+    phase = Phase.NAMES
 
     def __init__(
         self,

@@ -77,8 +77,8 @@ class Settings(BaseSettings):
         description="Most `model` label values for names Ollama served but does not list "
         "(listed names are not capped); the rest are `other`.",
     )
-    # Recorder store and origin (issue 24, a shared PostgreSQL store): --db is a SQLite
-    # file or a postgresql:// URL; every record names the tap that made it.
+    # Recorder store and origin: --db is a SQLite file or a postgresql:// URL (one store
+    # several taps share); every record names the tap that made it.
     db: Path | str | None = Field(
         None,
         description="SQLite database file, or a postgresql://user@host/db URL (password "
@@ -108,7 +108,7 @@ class Settings(BaseSettings):
         "'none' disables auth on loopback binds only).",
     )
     log_level: str = Field("info", description="debug, info, warning or error.")
-    # Readable output (issue 21): how the console log is written.
+    # Readable output: how the console log is written.
     log_format: Literal["auto", "console", "json"] = Field(
         "auto",
         description="'json': one JSON object a line; 'console': aligned, readable lines; "

@@ -8,8 +8,9 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from ollama_tap.facts import LoadFact, Verdict
 from ollama_tap.rawreply import RawReply
 
 
@@ -67,6 +68,15 @@ class OutputChunk:
     def __reduce__(self) -> tuple[type[OutputChunk], tuple[float, OutputKind, str, int]]:
         # Compiled, copy and pickle would otherwise call __init__ without arguments.
         return OutputChunk, (self.at, self.kind, self.text, self.nbytes)
+
+
+class OutputText(Protocol):
+    """The output text an observer keeps of a reply as it is relayed (the recorder's
+    timeline, in full record mode), for the others to read at the exchange's end."""
+
+    def runs(self) -> list[tuple[OutputKind, str]] | None:
+        """The text as runs of one kind, each tool call a run of its own; None when no
+        text is kept."""
 
 
 @dataclass(slots=True, init=False)
@@ -252,12 +262,25 @@ class Exchange:
     """Why the request was sent again, once, on a fresh connection; None when sent once."""
     raw_reply: RawReply | None
     """Where the relay keeps the reply body's bytes as relayed, when an observer asked for
-    them at the `request` hook (the recorder in full mode); None otherwise or once dropped."""
+    them at the `request` hook (the recorder in full mode); None otherwise or once dropped.
+    The one capability an observer has over the data path (ollama_tap/hooks.py)."""
 
     outcome: Outcome | None
     ended: float | None
+
+    # Facts one observer finds and others read (ollama_tap/facts.py, hooks.Phase).
+    truncation: Verdict | None
+    """The truncation verdict (ollama_tap/truncation/observer.py), set at `response`; None
+    when no rule found one, or the model is not local."""
+    load_event: LoadFact | None
+    """The model load the exchange triggered or waited for (ollama_tap/loads/tracker.py),
+    set at `response` or `error`; None when it met no load."""
+    output_text: OutputText | None
+    """The output text kept of the reply, set at `request` by the observer that keeps it
+    (the recorder in full mode) and complete at the end; None when nobody keeps it."""
     metadata: dict[str, Any]
-    """Free space for observers, keyed by observer name."""
+    """Each observer's own state between its hooks, under its name; never read by another
+    observer (what others read is a typed field above)."""
 
     def __init__(
         self,
@@ -300,6 +323,9 @@ class Exchange:
         self.raw_reply = None
         self.outcome = None
         self.ended = None
+        self.truncation = None
+        self.load_event = None
+        self.output_text = None
         self.metadata = {}
 
     @property

@@ -27,10 +27,25 @@ Hooks fire in this order for every exchange, from the event loop, and must retur
 Every exchange that fired ``request`` receives exactly one of ``response`` or ``error``.
 A failing observer is logged, counted in ``ollama_tap_observer_errors_total{observer,hook}``
 and skipped; it never breaks a client stream or the other observers.
+
+Observers share what they find only as typed fields of the Exchange, never through each
+other's modules: the client's name (``client_name``), the truncation verdict
+(``truncation``), the model load (``load_event``), the kept output text (``output_text``).
+``ex.metadata`` holds each observer's own state between its hooks, read by no other. So
+that a fact is there before anyone reads it, each observer declares its ``phase`` and every
+hook calls the observers phase by phase (``Phase``: names, then analysis, then sinks), in
+the order given within a phase.
+
+One capability reaches into the data path: at ``request`` an observer may set
+``ex.raw_reply = RawReply(limit)`` (ollama_tap/rawreply.py). The driver then adds every
+read of the reply body to it as relayed, with its write time, and drops it (sets the field
+to None) once the body passes ``limit``. Nothing else an observer does touches the bytes.
+The recorder asks for it in ``full`` mode, for ``replay serve``.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -50,15 +65,38 @@ _RESPONSE_OUTCOMES: Final = frozenset(
 log = structlog.get_logger("ollama_tap.hooks")
 
 
+class Phase(enum.IntEnum):
+    """When an observer runs, among the others, at every hook: after whoever leaves what it
+    reads. An observer declares it as its ``phase`` attribute."""
+
+    NAMES = 1
+    """Names the exchange for everyone else: the client's name at ``request``, the model
+    names a reply head proves at ``response_headers`` (the metrics labels)."""
+    ANALYSIS = 2
+    """Derives facts from the exchange (reading names only) and leaves them on its typed
+    fields (ollama_tap/facts.py): the truncation verdict, the load event; the in-flight set."""
+    SINK = 3
+    """Reads the exchange and every fact, and leaves nothing another observer reads before
+    the end: metrics, records, spans, log lines. An observer that declares no phase is one."""
+
+
 def observer_name(observer: object) -> str:
     return str(getattr(observer, "name", type(observer).__name__))
 
 
+def phase_of(observer: object) -> Phase:
+    found = getattr(observer, "phase", Phase.SINK)
+    if not isinstance(found, Phase):
+        name = observer_name(observer)
+        raise TypeError(f"observer {name}: `phase` must be a hooks.Phase, not {found!r}")
+    return found
+
+
 class Hooks:
-    """Dispatches hook calls to the observers that implement them."""
+    """Dispatches hook calls to the observers that implement them, phase by phase."""
 
     def __init__(self, observers: Iterable[object], registry: CollectorRegistry) -> None:
-        self.observers = list(observers)
+        self.observers = sorted(observers, key=phase_of)  # stable: given order within a phase
         self._errors = counter(registry, OBSERVER_ERRORS)
         # Bound methods resolved once, so a hook with no takers costs one empty loop.
         self._table: dict[str, list[tuple[str, Callable[..., Any]]]] = {

@@ -9,6 +9,7 @@ from functools import lru_cache
 from typing import Final
 
 from ollama_tap.exchange import Exchange
+from ollama_tap.hooks import Phase
 from ollama_tap.ollama.routes import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 from ollama_tap.slots import IDLE_RELEASE, LabelSlots
 
@@ -129,6 +130,7 @@ class ModelLabels:
     """
 
     name = "model-labels"
+    phase = Phase.NAMES
 
     def __init__(
         self,

@@ -1,14 +1,19 @@
 """Hook dispatch: `chunks` takers get a read's pieces at once, `chunk` takers one by one,
-and a failing observer costs only its own call."""
+a failing observer costs only its own call, and observers run phase by phase."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
-from ollama_tap.exchange import Exchange, OutputChunk, OutputKind
-from ollama_tap.hooks import Hooks
+from ollama_tap.attribution import ClientNames
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind
+from ollama_tap.facts import TruncationKind, Verdict
+from ollama_tap.hooks import Hooks, Phase, observer_name
+from ollama_tap.names import ModelLabels
+from ollama_tap.truncation.observer import TruncationObserver
 from tests.support.exchanges import new_exchange
 
 
@@ -115,3 +120,77 @@ def test_metrics_gaps_are_the_same_batched_or_one_by_one() -> None:
         values = [r.get_sample_value(name + suffix, want) for r in registries]
         assert values[0] == values[1] and values[0] is not None, (suffix, le, values)
     assert registries[1].get_sample_value(name + "_count", labels) == len(times) - 1
+
+
+class Logged:
+    """Writes its name to a shared log at every hook, in the phase it is given."""
+
+    def __init__(self, name: str, log: list[str], phase: Phase | None = None) -> None:
+        self.name, self.log = name, log
+        if phase is not None:
+            self.phase = phase
+
+    def request(self, ex: Exchange) -> None:
+        self.log.append(self.name)
+
+    def chunks(self, ex: Exchange, batch: Any) -> None:
+        self.log.append(self.name)
+
+    def response(self, ex: Exchange) -> None:
+        self.log.append(self.name)
+
+
+def test_observers_run_phase_by_phase_and_in_the_given_order_within_one() -> None:
+    log: list[str] = []
+    given = [
+        Logged("sink-undeclared", log),
+        Logged("sink", log, Phase.SINK),
+        Logged("analysis-1", log, Phase.ANALYSIS),
+        Logged("names", log, Phase.NAMES),
+        Logged("analysis-2", log, Phase.ANALYSIS),
+    ]
+    hooks = Hooks(given, CollectorRegistry())
+    order = ["names", "analysis-1", "analysis-2", "sink-undeclared", "sink"]
+    assert [observer_name(o) for o in hooks.observers] == order
+    ex = new_exchange(outcome=Outcome.OK)
+    for fire in (hooks.request, lambda ex: hooks.chunks(ex, pieces(2)), hooks.end):
+        log.clear()
+        fire(ex)
+        assert log == order
+
+
+def test_a_sink_reads_the_facts_the_analysers_left_whatever_the_list_order() -> None:
+    seen: list[object] = []
+
+    class Sink:
+        name = "sink"
+
+        def request(self, ex: Exchange) -> None:
+            seen.append(ex.client_name)
+
+        def response(self, ex: Exchange) -> None:
+            seen.append(ex.truncation)
+
+    registry = CollectorRegistry()
+    labels = ModelLabels(10)
+    truncation = TruncationObserver(registry, labels)
+    hooks = Hooks([Sink(), truncation, ClientNames(10)], registry)
+    ex = new_exchange(
+        "/api/chat", status=400, outcome=Outcome.UPSTREAM_ERROR,
+        error_message="input length (7912 tokens) exceeds the model's maximum context length "
+        "(4096 tokens)", request_headers={"User-Agent": "curl/8.5"},
+    )  # fmt: skip
+    hooks.request(ex)
+    hooks.end(ex)
+    [name, verdict] = seen
+    assert name == "curl"
+    assert isinstance(verdict, Verdict) and verdict.kind is TruncationKind.REFUSED
+
+
+def test_a_phase_that_is_not_a_phase_is_refused_at_start() -> None:
+    class Confused:
+        name = "confused"
+        phase = 2
+
+    with pytest.raises(TypeError, match=r"observer confused: `phase` must be a hooks\.Phase"):
+        Hooks([Confused()], CollectorRegistry())

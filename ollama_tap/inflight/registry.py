@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ollama_tap.exchange import Exchange
+from ollama_tap.hooks import Phase
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 
 NAME: Final = "inflight"
@@ -58,6 +59,7 @@ class InFlight:
     """
 
     name = NAME
+    phase = Phase.ANALYSIS
 
     def __init__(
         self, model_label: Callable[[object], str], clock: Callable[[], float] = time.monotonic

@@ -11,7 +11,7 @@ from ollama_tap.loads.options import Change
 
 
 class Cause(enum.StrEnum):
-    """Why a model was (re)loaded; research §10.B names the rule behind each."""
+    """Why a model was (re)loaded; docs/diagnoses.md ("Loads") names the rule behind each."""
 
     FIRST_LOAD = "first_load"
     """The proxy had never seen the model resident (since it started)."""

@@ -1,6 +1,6 @@
 """A request's effective runner options (Ollama's `needsReload` fields) and their diff.
 
-Research: ollama-truncation-and-loads.md §7.2 (fb30760 `sched.go:1381-1431`) and §10.B L2.
+Rule L2 of docs/diagnoses.md ("Runner options"), after Ollama's `sched.go:1381-1431` (fb30760).
 An option the request leaves unset is absent here ("auto"); Ollama's defaults are applied
 where they decide a comparison: `num_gpu` < 0 is the default, `num_thread` and
 `draft_num_predict` 0 are unset, `num_ctx` is raised to 4 (2048 for vision models) and

@@ -1,5 +1,5 @@
 """What the load tracker keeps per runner and per request in flight, and the rules that
-turn it into a cause (research §10.B)."""
+turn it into a cause (docs/diagnoses.md, "Loads")."""
 
 from __future__ import annotations
 

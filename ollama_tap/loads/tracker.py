@@ -12,6 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from ollama_tap.cloud import is_cloud_model
 from ollama_tap.exchange import Exchange, Outcome
+from ollama_tap.facts import LoadFact, LoadRole
+from ollama_tap.hooks import Phase
 from ollama_tap.loads.events import Cause, Departure, LoadEvent
 from ollama_tap.loads.metrics import LoadMetrics
 from ollama_tap.loads.options import (
@@ -38,8 +40,6 @@ from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import parse_version
 
 NAME: Final = "loads"
-RECORD_KEY: Final = "load_event"
-"""`ex.metadata` key of the load event a record carries (ollama_tap/recorder/record.py)."""
 RING: Final = 500
 """Load events kept for /_tap/api/loads."""
 TRACKED: Final = INFERENCE_ENDPOINTS | EMBEDDING_ENDPOINTS
@@ -62,7 +62,7 @@ class Upstream(Protocol):
 
 
 class LoadTracker:
-    """One load event per model load the proxy can see (research §10.B, rules L0-L7).
+    """One load event per model load the proxy can see (rules L0–L7 of docs/diagnoses.md).
 
     `request` notes the runner as the request finds it and predicts a reload (L2, before
     Ollama acts); `response`/`error` turn a reply whose `load_duration` exceeds a second
@@ -72,6 +72,7 @@ class LoadTracker:
     """
 
     name = NAME
+    phase = Phase.ANALYSIS
 
     def __init__(
         self,
@@ -136,8 +137,8 @@ class LoadTracker:
         elif (cur := runner.current) is not None and (cur.request == p.id or p.id in cur.waited):
             event = cur
         if event is not None:
-            role = "trigger" if event.request == p.id else "waited"
-            ex.metadata[RECORD_KEY] = {**event.as_json(), "role": role}
+            role = LoadRole.TRIGGER if event.request == p.id else LoadRole.WAITED
+            ex.load_event = LoadFact(event.as_json(), role)
         self._after(runner, p, ex)
         if not runner.flight and not runner.seen:
             # Never loaded (a name Ollama refused, a failed request): nothing to keep, and

@@ -9,9 +9,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
 
-from ollama_tap.attribution import ClientNames
 from ollama_tap.cloud import LOCAL, location
 from ollama_tap.exchange import Exchange, Outcome, OutputChunk, Usage
+from ollama_tap.hooks import Phase
 from ollama_tap.measures import cold_start, ctx_class, request_num_ctx
 from ollama_tap.metrics.histogram import Series
 from ollama_tap.metrics.registered import RequestMetrics
@@ -73,20 +73,18 @@ class MetricsObserver:
     """
 
     name = NAME
+    phase = Phase.SINK
 
     def __init__(
         self,
         registry: CollectorRegistry,
         labels: ModelLabels,
         models: ModelState | None = None,
-        clients: ClientNames | None = None,
     ) -> None:
         self.m = RequestMetrics(registry)
         self.labels = labels
         self.models = models
         labels.on_free(self.m.forget_model)
-        if clients is not None:
-            clients.on_free(self.m.forget_client)
 
     def request(self, ex: Exchange) -> None:
         model = self.labels.label(ex.model)

@@ -11,7 +11,7 @@ Version = tuple[int, int, int]
 LLAMA_SERVER: Final = (0, 30, 0)
 """The first release on llama-server runners: truncation to C−1 (the Go runners kept C);
 `shift` and `draft_num_predict` reload a runner, and `num_ctx`/`num_batch` left "auto" on
-both sides never do (research §7.2 against `v0.24.0:sched.go:671-709`)."""
+both sides never do (against the Go runners' `v0.24.0:sched.go:671-709`)."""
 
 _VERSION: Final = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 

@@ -16,7 +16,6 @@ from ollama_tap.exchange import Exchange, OutputKind
 from ollama_tap.ollama.payloads import reply_pieces
 from ollama_tap.otel import semconv as sc
 from ollama_tap.otel.spans import Attributes
-from ollama_tap.recorder import kept_output
 
 OUTPUT_CAP: Final = 256 * 1024
 """Characters of output text a span carries per part; past it the text is cut (`…` marks it)."""
@@ -96,9 +95,11 @@ def _joined(runs: list[tuple[OutputKind, str]]) -> list[dict[str, Any]]:
 
 
 def output_attributes(ex: Exchange) -> Attributes:
-    """The reply's output: the text the recorder kept of its pieces (`full` mode keeps it
-    for every inference exchange), else a single reply's final object."""
-    runs = kept_output(ex)
+    """The reply's output: the text kept of its pieces (`Exchange.output_text`: the recorder
+    keeps it for every inference exchange in `full` mode), else a single reply's final
+    object."""
+    kept = ex.output_text
+    runs = kept.runs() if kept is not None else None
     if not runs and ex.final is not None and not ex.streamed:
         runs = []
         for kind, text in reply_pieces(ex.final):

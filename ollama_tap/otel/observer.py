@@ -13,6 +13,7 @@ from opentelemetry import propagate
 from opentelemetry.context import Context
 
 from ollama_tap.exchange import Exchange
+from ollama_tap.hooks import Phase
 from ollama_tap.otel.config import OtelConfig
 from ollama_tap.otel.emit import SpanIds, remote_parent
 from ollama_tap.otel.export import Tracing
@@ -33,6 +34,7 @@ class OtelObserver:
     """Exports exchanges as GenAI spans (docs/opentelemetry.md has the attribute mapping)."""
 
     name = NAME
+    phase = Phase.SINK
 
     def __init__(
         self,

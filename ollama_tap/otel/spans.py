@@ -159,7 +159,7 @@ def tap_attributes(ex: Exchange, context_length: ContextLength | None) -> Attrib
         attrs[_RETRIED] = str(ex.retried)
     if ex.client_name:
         attrs[_CLIENT] = ex.client_name
-    verdict = ex.metadata.get("truncation")
+    verdict = ex.truncation
     if verdict is not None:
         attrs[_TRUNCATION] = str(verdict.kind)
     for key, value in timings(ex).items():

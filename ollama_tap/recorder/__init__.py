@@ -10,7 +10,8 @@ from typing import Final
 from prometheus_client import CollectorRegistry
 
 from ollama_tap.config import RecordMode, Settings
-from ollama_tap.exchange import Exchange, OutputChunk, OutputKind
+from ollama_tap.exchange import Exchange, OutputChunk
+from ollama_tap.hooks import Phase
 from ollama_tap.metrics.registered import RecorderMetrics
 from ollama_tap.names import recordable
 from ollama_tap.rawreply import RawReply
@@ -27,26 +28,21 @@ STOP_TIMEOUT: Final = 10.0
 _KEY: Final = "recorder"
 
 
-def kept_output(ex: Exchange) -> list[tuple[OutputKind, str]] | None:
-    """The output text the recorder keeps of an exchange (`full` mode), as runs of one
-    kind; None when it keeps none. The OpenTelemetry spans take their output from here
-    rather than keeping a second copy of every piece."""
-    cap = ex.metadata.get(_KEY)
-    timeline = cap.timeline if isinstance(cap, Capture) else None
-    return timeline.runs() if timeline is not None else None
-
-
 class Recorder:
     """Records exchanges (hooks on the loop, O(1) each) through a queue to a writer thread.
 
     ``request`` decides the scope and resolves the model's digest at that moment (or the
     end does, for a model named only by a body that ended after the reply began); ``chunk``
     appends to the compact timeline in ``ex.metadata["recorder"]``; ``response`` / ``error``
-    hand the finished Exchange to the writer. With ``--record off`` every hook returns at
-    once and no database file is created; ``store`` still reads an existing one.
+    hand the finished Exchange to the writer. In ``full`` mode the timeline keeps the text,
+    and is the exchange's ``output_text`` for the spans (one copy of every piece, not two),
+    and the recorder asks the driver for the reply's bytes (``ex.raw_reply``, hooks.py).
+    With ``--record off`` every hook returns at once and no database file is created;
+    ``store`` still reads an existing one.
     """
 
     name = "recorder"
+    phase = Phase.SINK
 
     def __init__(
         self,
@@ -97,9 +93,11 @@ class Recorder:
             keep_text = self.mode is RecordMode.FULL
             timeline = Timeline(keep_text=keep_text) if scope is Scope.FULL else None
             cap = Capture(scope, None, None, timeline)
-            if timeline is not None and keep_text and not ex.response_bytes:
-                # The reply's bytes as relayed, for `replay serve`; only from its first byte.
-                cap.raw = ex.raw_reply = RawReply(self.raw_limit)
+            if timeline is not None and keep_text:
+                ex.output_text = timeline
+                if not ex.response_bytes:
+                    # The reply's bytes as relayed, for `replay serve`; only from its first byte.
+                    cap.raw = ex.raw_reply = RawReply(self.raw_limit)
             self._name(ex, cap)
         ex.metadata[_KEY] = cap
         return cap

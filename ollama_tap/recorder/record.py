@@ -35,7 +35,6 @@ from ollama_tap.measures import timings
 from ollama_tap.rawreply import summary
 from ollama_tap.recorder.redact import BODY_CAP, allowed_headers, capped, scrub
 from ollama_tap.recorder.scope import Capture, Scope
-from ollama_tap.truncation.observer import verdict_of
 
 COLUMNS: Final = (
     "id", "started", "method", "path", "query", "endpoint", "model", "model_digest",
@@ -62,7 +61,7 @@ def _context(ex: Exchange) -> list[int] | None:
 
 
 def _truncation(ex: Exchange) -> str | None:
-    verdict = verdict_of(ex)
+    verdict = ex.truncation
     return None if verdict is None else orjson.dumps(verdict.as_json()).decode()
 
 
@@ -128,10 +127,8 @@ def _doc(ex: Exchange, cap: Capture, full: bool, context: list[int] | None) -> d
 def _load_event(ex: Exchange, full: bool) -> str | None:
     """The load event the load tracker put on the exchange; the client address only in
     full mode, as the `client` column."""
-    event: dict[str, Any] | None = ex.metadata.get("load_event")
-    if event is None:
-        return None
-    return orjson.dumps(event if full else {**event, "client": None}).decode()
+    fact = ex.load_event
+    return None if fact is None else orjson.dumps(fact.as_json(with_client=full)).decode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,9 @@ class Capture:
     timeline: Timeline | None
     """Built by the chunk hook for inference exchanges."""
     raw: RawReply | None
-    """The reply's bytes as relayed (full mode, from the request hook on), else None."""
+    """The reply's bytes as relayed (full mode, from the request hook on), else None: the
+    recorder's own reference, kept when the driver drops `Exchange.raw_reply` at its limit
+    (the record then says it was dropped)."""
 
     def __init__(
         self, scope: Scope, model: str | None, digest: str | None, timeline: Timeline | None

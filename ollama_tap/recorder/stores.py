@@ -14,7 +14,7 @@ from ollama_tap.recorder.sqlite_source import SqliteSource
 
 def _postgres() -> tuple[ModuleType, ModuleType]:
     """The PostgreSQL modules, imported for a postgresql:// --db only: psycopg is an extra,
-    and importing it costs a tenth of a second of every start-up. The stores are made while
+    and importing it makes every start-up noticeably slower. The stores are made while
     the app is built, before it serves, so this import never stalls a serving event loop."""
     try:
         from ollama_tap.recorder import pg_sink, pg_source

@@ -6,8 +6,7 @@ slowed. The thread sleeps until there is work: a record queued (it then waits FL
 seconds for more and writes everything queued in transactions of up to BATCH rows), the
 store's measurement falling due (at most every MEASURE_EVERY seconds after writes), a prune
 (every PRUNE_EVERY seconds), or stop, when it drains the queue before closing. An idle
-proxy's writer wakes only to prune: it used to wake every FLUSH_EVERY seconds to find
-nothing, each time taking the GIL from the event loop.
+proxy's writer wakes only to prune: each wake takes the GIL from the event loop.
 
 The store (`Sink`: a SQLite file or PostgreSQL) is written only from this thread. A store
 that cannot be reached keeps the batch in hand, tried again every RETRY_EVERY seconds,
@@ -43,7 +42,8 @@ BATCH: Final = 100
 PRUNE_EVERY: Final = 300.0
 MEASURE_EVERY: Final = 1.0
 """Least seconds between two measurements of the file after writes: at one request at a
-time every round writes one row, and its two `stat` calls were a tenth of its CPU."""
+time every round writes one row, and the two `stat` calls of a measurement would be a
+large share of each round's CPU."""
 RETRY_EVERY: Final = 1.0
 """Seconds between tries of a store that could not be reached."""
 

@@ -1,5 +1,5 @@
 """The observer that gives each finished exchange its truncation verdict (rules.py), counts
-it, and leaves it in `ex.metadata` for the recorder."""
+it, and leaves it on the exchange (`Exchange.truncation`) for the recorder and the spans."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from prometheus_client import CollectorRegistry
 
 from ollama_tap.cloud import LOCAL, location
 from ollama_tap.exchange import Exchange
+from ollama_tap.hooks import Phase
 from ollama_tap.measures import cold_start, request_num_ctx
 from ollama_tap.metrics.families import TRUNCATIONS
 from ollama_tap.metrics.registered import Children, counter
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.version import parse_version
-from ollama_tap.truncation.rules import Runtime, Verdict, judge
+from ollama_tap.truncation.rules import Runtime, judge
 
 NAME: Final = "truncation"
-"""The observer's name, and its key in `ex.metadata` (the verdict, when there is one)."""
 
 log = structlog.get_logger("ollama_tap.truncation")
 
@@ -44,17 +44,12 @@ def runtime_context(request_ctx: int | None, loaded_ctx: int | None, cold: bool)
     return min(request_ctx, loaded_ctx)
 
 
-def verdict_of(ex: Exchange) -> Verdict | None:
-    """The verdict the observer left on an exchange (the recorder's column)."""
-    found = ex.metadata.get(NAME)
-    return found if isinstance(found, Verdict) else None
-
-
 class TruncationObserver:
     """Runs the rules once per exchange, at its end, for local models only (C4: a cloud
     model's context is not the box's); counts `ollama_tap_truncations_total`."""
 
     name = NAME
+    phase = Phase.ANALYSIS
 
     def __init__(
         self,
@@ -79,7 +74,7 @@ class TruncationObserver:
         verdict = judge(ex, Runtime(c, version))
         if verdict is None:
             return
-        ex.metadata[NAME] = verdict
+        ex.truncation = verdict
         self.counts[ex.endpoint, self.labels.label(ex.model), verdict.kind.value].inc()
         log.warning(
             "truncation", id=ex.id, model=ex.model, kind=verdict.kind.value,

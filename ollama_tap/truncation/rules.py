@@ -9,7 +9,6 @@ certainty and keeps the first. Nothing here runs per token.
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass
 from typing import Any, Final
@@ -17,6 +16,7 @@ from typing import Any, Final
 import orjson
 
 from ollama_tap.exchange import Exchange, Usage
+from ollama_tap.facts import TruncationKind, Verdict
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 from ollama_tap.ollama.version import LLAMA_SERVER, Version
 
@@ -30,16 +30,6 @@ OPEN_ENDED_FACTOR: Final = 10
 """Ollama bounds an unset num_predict at 10 × C (`boundedNumPredict`)."""
 
 
-class Kind(enum.StrEnum):
-    """The `kind` label of ollama_tap_truncations_total."""
-
-    PROMPT_TRUNCATED = "prompt_truncated"
-    REFUSED = "refused"
-    CONTEXT_SHIFT = "context_shift"
-    OUTPUT_CUT = "output_cut"
-    EMBED_TRUNCATED = "embed_truncated"
-
-
 @dataclass(frozen=True, slots=True)
 class Runtime:
     """What the rules need beyond the exchange."""
@@ -48,29 +38,6 @@ class Runtime:
     """C: the runtime context the request ran with, None when unknown."""
     version: Version | None
     """Ollama's version per /api/version; None (not read yet) is taken as current."""
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    kind: Kind
-    rule: str
-    context: int | None
-    """The C the rule used."""
-    tokens_lost: int | None
-    """Prompt tokens Ollama dropped, when the reply lets one count them (T2)."""
-    prompt_tokens: int | None
-    """The prompt's length as the reply or the error reports it."""
-    explanation: str
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "rule": self.rule,
-            "context": self.context,
-            "tokens_lost": self.tokens_lost,
-            "prompt_tokens": self.prompt_tokens,
-            "explanation": self.explanation,
-        }
 
 
 def shift_limit(c: int, keep: int) -> int:
@@ -109,7 +76,7 @@ REFUSALS: Final = (
     "input after truncation exceeds maximum context length",
     "input exceeds maximum context length",
 )
-"""Ollama's and llama-server's refusals of an over-long input (§4 of the research)."""
+"""Ollama's and llama-server's refusals of an over-long input (rule T3, docs/diagnoses.md)."""
 
 
 def refused(ex: Exchange) -> Verdict | None:
@@ -130,7 +97,7 @@ def refused(ex: Exchange) -> Verdict | None:
     size = f" ({prompt:,} tokens)" if prompt else ""
     limit = f" ({context:,})" if context else ""
     return Verdict(
-        Kind.REFUSED, "T3", context, None, prompt,
+        TruncationKind.REFUSED, "T3", context, None, prompt,
         f"Ollama refused the request: the input{size} does not fit the runtime context{limit}; "
         "raise num_ctx or shorten the prompt",
     )  # fmt: skip
@@ -163,7 +130,7 @@ def context_gap(ex: Exchange, u: Usage, c: int | None) -> Verdict | None:
         return None
     where = f", the runtime context {c:,}" if c else ""
     return Verdict(
-        Kind.PROMPT_TRUNCATED, "T2", c, lost, p,
+        TruncationKind.PROMPT_TRUNCATED, "T2", c, lost, p,
         f"the first ≈{lost:,} tokens of this prompt were dropped: it was {p + lost:,} tokens"
         f"{where}; raise num_ctx or shorten the prompt",
     )  # fmt: skip
@@ -182,7 +149,7 @@ def kept_count(ex: Exchange, u: Usage, c: int, rt: Runtime, num_keep: int | None
     if p not in truncated_lengths(c, num_keep, rt.version) or _has_media(ex.request_body):
         return None
     return Verdict(
-        Kind.PROMPT_TRUNCATED, "T1", c, None, p,
+        TruncationKind.PROMPT_TRUNCATED, "T1", c, None, p,
         f"the prompt was cut to {p:,} tokens, the length Ollama truncates to: it was longer "
         f"than the runtime context {c:,}, and its front (after the first few tokens) was "
         "dropped; raise num_ctx or shorten the prompt",
@@ -205,7 +172,7 @@ def cut_by_context(ex: Exchange, u: Usage, c: int) -> Verdict | None:
     if not c - 1 <= p + e <= c or e == requested_limit(ex):
         return None
     return Verdict(
-        Kind.OUTPUT_CUT, "T8", c, None, p,
+        TruncationKind.OUTPUT_CUT, "T8", c, None, p,
         f"the output was cut by the context limit, not by num_predict: prompt {p:,} + output "
         f"{e:,} tokens filled the runtime context {c:,} (context shift is off); raise num_ctx",
     )  # fmt: skip
@@ -228,7 +195,7 @@ def shifted(ex: Exchange, u: Usage, c: int) -> Verdict | None:
     ):
         runaway = f" and stopped at Ollama's cap of {OPEN_ENDED_FACTOR} × the context"
     return Verdict(
-        Kind.CONTEXT_SHIFT, "T7", c, None, p,
+        TruncationKind.CONTEXT_SHIFT, "T7", c, None, p,
         f"the reply ran past the context: prompt {p:,} + output {e:,} tokens exceed the runtime "
         f"context {c:,}, so Ollama shifted out the front of the context while generating"
         f"{runaway}; raise num_ctx or set num_predict",
@@ -244,7 +211,7 @@ def embed_cut(ex: Exchange, u: Usage, c: int) -> Verdict | None:
     if not c - 2 <= p <= c or not _single_input(ex.request_body):
         return None
     return Verdict(
-        Kind.EMBED_TRUNCATED, "T9", c, None, p,
+        TruncationKind.EMBED_TRUNCATED, "T9", c, None, p,
         f"the embedding input was cut to its first {p:,} tokens (the runtime context {c:,}); "
         "the rest was not embedded; raise num_ctx or split the input",
     )  # fmt: skip

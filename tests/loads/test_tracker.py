@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ollama_tap.exchange import Outcome, RequestFields, Usage
-from ollama_tap.loads.tracker import RECORD_KEY, LoadTracker
+from ollama_tap.facts import LoadRole
+from ollama_tap.loads.tracker import LoadTracker
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.state import LoadedModel
 from tests.support.exchanges import new_exchange
@@ -98,10 +99,9 @@ def test_concurrent_cold_requests_are_one_load_triggered_by_the_earliest(rig: Ri
     assert (event.request, event.client, event.waited) == (first.id, "10.0.0.1", [second.id])
     assert event.load_duration == 1.5
     assert rig.value("model_loads_total", model=A, cause="first_load") == 1
-    assert (first.metadata[RECORD_KEY]["role"], second.metadata[RECORD_KEY]["role"]) == (
-        "trigger",
-        "waited",
-    )
+    assert first.load_event is not None and second.load_event is not None
+    assert (first.load_event.role, second.load_event.role) == (LoadRole.TRIGGER, LoadRole.WAITED)
+    assert first.load_event.event == event.as_json()
 
 
 def test_a_warm_reply_is_no_load_and_a_later_cold_one_is_a_new_load(rig: Rig) -> None:
@@ -213,7 +213,7 @@ def test_cloud_models_are_left_out(rig: Rig) -> None:
     ex = rig.start("gpt-oss:120b-cloud")
     rig.end(ex, 3.0)
     assert list(rig.tracker.events) == []
-    assert RECORD_KEY not in ex.metadata
+    assert ex.load_event is None
 
 
 def test_requests_for_models_never_loaded_leave_nothing_behind(rig: Rig) -> None:

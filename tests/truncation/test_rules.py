@@ -8,10 +8,10 @@ import orjson
 import pytest
 
 from ollama_tap.exchange import Exchange, Outcome, Usage
+from ollama_tap.facts import TruncationKind
 from ollama_tap.ollama.version import parse_version
 from ollama_tap.truncation.observer import runtime_context
 from ollama_tap.truncation.rules import (
-    Kind,
     Runtime,
     judge,
     shift_limit,
@@ -98,7 +98,7 @@ def test_t3_parses_the_refusal_whatever_its_shape(message: str) -> None:
         "/api/chat", status=400, outcome=Outcome.UPSTREAM_ERROR, error_message=message
     )
     verdict = judge(ex, Runtime(None, NOW))
-    assert verdict is not None and verdict.kind is Kind.REFUSED
+    assert verdict is not None and verdict.kind is TruncationKind.REFUSED
     assert (verdict.prompt_tokens, verdict.context) == (7912, 4096)
 
 
@@ -137,7 +137,7 @@ def test_t7_t8_and_the_requested_limit() -> None:
 def test_t9_single_inputs_only() -> None:
     one = finished("/api/embed", p=256, e=0, body={"input": "long text"})
     verdict = judge(one, Runtime(256, NOW))
-    assert verdict is not None and verdict.kind is Kind.EMBED_TRUNCATED
+    assert verdict is not None and verdict.kind is TruncationKind.EMBED_TRUNCATED
     many = finished("/api/embed", p=256, e=0, body={"input": ["a", "b"]})
     assert judge(many, Runtime(256, NOW)) is None
 

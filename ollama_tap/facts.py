@@ -1,0 +1,79 @@
+"""What an analysing observer finds out about an exchange and leaves on it for the others.
+
+Each fact is a typed field of the Exchange (`Exchange.truncation`, `Exchange.load_event`),
+set by one observer of the `ANALYSIS` phase (ollama_tap/hooks.py) and read by the sinks
+(the recorder's row, the span attributes). The types live here, not beside the observer
+that makes them, so a reader never imports another observer's module to read a fact, and
+the Exchange can name them without importing any observer.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class TruncationKind(enum.StrEnum):
+    """What a truncation rule found: the `kind` label of ollama_tap_truncations_total."""
+
+    PROMPT_TRUNCATED = "prompt_truncated"
+    REFUSED = "refused"
+    CONTEXT_SHIFT = "context_shift"
+    OUTPUT_CUT = "output_cut"
+    EMBED_TRUNCATED = "embed_truncated"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A truncation or overflow verdict on one exchange (ollama_tap/truncation/rules.py)."""
+
+    kind: TruncationKind
+    rule: str
+    """The rule that found it (T1–T3, T7–T9 of docs/diagnoses.md)."""
+    context: int | None
+    """The C the rule used."""
+    tokens_lost: int | None
+    """Prompt tokens Ollama dropped, when the reply lets one count them (T2)."""
+    prompt_tokens: int | None
+    """The prompt's length as the reply or the error reports it."""
+    explanation: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "rule": self.rule,
+            "context": self.context,
+            "tokens_lost": self.tokens_lost,
+            "prompt_tokens": self.prompt_tokens,
+            "explanation": self.explanation,
+        }
+
+
+class LoadRole(enum.StrEnum):
+    """What an exchange had to do with a model load."""
+
+    TRIGGER = "trigger"
+    """Its request made the runner load (the earliest of the requests that waited for it)."""
+    WAITED = "waited"
+    """It waited for a load another request triggered."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFact:
+    """The model load an exchange triggered or waited for, as it stood at the exchange's end.
+
+    `event` is a copy (ollama_tap/loads/events.py, `LoadEvent.as_json`): the tracker goes on
+    amending its event as later requests wait for the same load, while the record of this
+    exchange is written in another thread.
+    """
+
+    event: dict[str, Any]
+    role: LoadRole
+
+    def as_json(self, *, with_client: bool = True) -> dict[str, Any]:
+        """The event and the role; the client address only `with_client` (full records)."""
+        found = {**self.event, "role": self.role.value}
+        if not with_client:
+            found["client"] = None
+        return found
