@@ -70,10 +70,6 @@ def parse_rule(text: str) -> Rule:
         ) from None
 
 
-def valid_name(value: str) -> bool:
-    return bool(_NAME.fullmatch(value))
-
-
 _JOINED: Final = frozenset({"openai", "anthropic"})
 """SDKs whose first token has the language after the slash (`OpenAI/Python 1.54.0`)."""
 

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from ollama_tap.config import Settings
 from ollama_tap.metrics.registered import UpstreamMetrics
-from ollama_tap.names import ModelLabels, model_key, valid_key
+from ollama_tap.names import ModelLabels
+from ollama_tap.ollama.names import model_key, valid_key
 from ollama_tap.ollama.payloads import count_or_none, count_or_zero, dict_or_none, str_or_empty
 from ollama_tap.ollama.state import LoadedModel, LocalModel, go_time, same_model
 from ollama_tap.ollama.state import entries as rows_of

@@ -1,62 +1,15 @@
-"""Model names by Ollama's rules and the bounded label set."""
+"""The bounded set of `model` label values."""
 
 from __future__ import annotations
 
 import random
 import string
 
-import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from ollama_tap.names import OTHER, ModelLabels, canonical_model, is_valid_name, model_key
+from ollama_tap.names import OTHER, ModelLabels
+from ollama_tap.ollama.names import model_key
 from tests.support.exchanges import new_exchange
-
-
-@pytest.mark.parametrize(
-    ("name", "canonical"),
-    [
-        ("llama3.2", "llama3.2:latest"),
-        ("llama3.2:latest", "llama3.2:latest"),
-        ("llama3.2:3b", "llama3.2:3b"),
-        ("library/llama3.2", "llama3.2:latest"),
-        ("registry.ollama.ai/library/llama3.2:latest", "llama3.2:latest"),
-        ("Registry.Ollama.AI/Library/Llama3.2", "Llama3.2:latest"),
-        ("user/model", "user/model:latest"),
-        ("registry.ollama.ai/user/model:7b", "user/model:7b"),
-        ("hf.co/user/repo:Q4_K_M", "hf.co/user/repo:Q4_K_M"),
-        ("hf.co/user/repo", "hf.co/user/repo:latest"),
-        ("https://hf.co/user/repo:Q8_0", "hf.co/user/repo:Q8_0"),
-        ("localhost:5000/ns/model", "localhost:5000/ns/model:latest"),
-        ("llama3.2@sha256:" + "a" * 64, "llama3.2:latest"),
-        ("llama3.2:1b@sha256:" + "b" * 64, "llama3.2:1b"),
-        ("gpt-oss:120b-cloud", "gpt-oss:120b-cloud"),
-    ],
-)
-def test_canonical_model(name: str, canonical: str) -> None:
-    assert canonical_model(name) == canonical
-
-
-def test_model_key_is_case_insensitive() -> None:
-    assert model_key("LLAMA3.2") == model_key("registry.ollama.ai/library/llama3.2:latest")
-    assert model_key("llama3.2:1b") != model_key("llama3.2")
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "tell me a secret",
-        "",
-        ":latest",
-        "llama3.2:",
-        "/m",
-        "-model",
-        "a" * 81,
-        "m:" + "t" * 81,
-        "x\n",
-    ],
-)
-def test_names_ollama_refuses_are_invalid(name: str) -> None:
-    assert not is_valid_name(name)
 
 
 class FakeClock:
@@ -194,11 +147,11 @@ def test_known_set_is_the_union_of_sources() -> None:
     labels, _, _ = labels_with(cap=1)
     labels.set_known("tags", ["a:latest"])
     labels.set_known("ps", ["b:latest"])
-    assert labels.is_known("a")
-    assert labels.is_known("b")
+    assert labels.slots.is_listed(model_key("a"))
+    assert labels.slots.is_listed(model_key("b"))
     labels.set_known("ps", [])
-    assert labels.is_known("a")
-    assert not labels.is_known("b")
+    assert labels.slots.is_listed(model_key("a"))
+    assert not labels.slots.is_listed(model_key("b"))
 
 
 def test_ten_thousand_random_names_stay_bounded() -> None:

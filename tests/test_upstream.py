@@ -19,6 +19,7 @@ from ollama_tap.exchange import Outcome, Usage
 from ollama_tap.loads.tracker import LoadTracker
 from ollama_tap.metrics.observer import MetricsObserver
 from ollama_tap.names import ModelLabels
+from ollama_tap.ollama.names import model_key
 from ollama_tap.upstream import UpstreamPoller
 from tests.support.exchanges import new_exchange
 
@@ -131,7 +132,7 @@ async def test_first_poll_sets_upstream_and_model_gauges(rig: Rig) -> None:
     )
     info = {"family": "qwen3", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
     assert rig.value("model_info", model="qwen3:8b", **info) == 1
-    assert rig.labels.is_known("QWEN3:8B")
+    assert rig.labels.slots.is_listed(model_key("QWEN3:8B"))
     assert rig.poller.context_length("llama3.2") == 4096
     assert rig.poller.context_length("qwen3:8b") is None
     assert rig.poller.digest_of("Llama3.2") == DIGEST_A
@@ -270,7 +271,7 @@ async def test_deleted_model_loses_its_info(rig: Rig, fake: FakeOllama) -> None:
     await rig.poller.poll()
     info = {"family": "qwen3", "parameter_size": "3.2B", "quantization": "Q4_K_M"}
     assert rig.value("model_info", model="qwen3:8b", **info) is None
-    assert not rig.labels.is_known("qwen3:8b")
+    assert not rig.labels.slots.is_listed(model_key("qwen3:8b"))
 
 
 async def test_failing_upstream_is_down_and_counted(rig: Rig, fake: FakeOllama) -> None:
@@ -313,7 +314,7 @@ async def test_malformed_replies_are_poll_errors(rig: Rig, fake: FakeOllama) -> 
     fake.ps = {"models": "nope"}
     await rig.poller.poll()
     assert rig.poller.up
-    assert rig.labels.is_known("ok:1")
+    assert rig.labels.slots.is_listed(model_key("ok:1"))
     assert rig.poller.context_length("llama3.2") is None
 
 
@@ -327,7 +328,7 @@ async def test_unknown_name_refreshes_tags_once_within_the_limit(
     rig.labels.label("another-unknown")
     await rig.settle()
     assert fake.hits["/api/tags"] == tags_reads + 1
-    assert rig.labels.is_known("just-pulled")
+    assert rig.labels.slots.is_listed(model_key("just-pulled"))
     assert rig.labels.label("just-pulled") == "just-pulled:latest"
 
 

@@ -34,8 +34,9 @@ from ollama_tap.loads.state import (
     why_gone,
 )
 from ollama_tap.measures import COLD_START_NS
-from ollama_tap.names import ModelLabels, model_key, valid_key
+from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
+from ollama_tap.ollama.names import model_key, valid_key
 from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import parse_version
 

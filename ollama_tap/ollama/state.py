@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ollama_tap.names import is_valid_name
+from ollama_tap.ollama.names import is_valid_name
 
 
 @dataclass(frozen=True, slots=True)

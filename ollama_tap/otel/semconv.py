@@ -11,8 +11,6 @@ from typing import Final
 
 from ollama_tap.ollama import routes
 
-SEMCONV_PACKAGE: Final = "opentelemetry-semantic-conventions 0.66b2"
-
 OPERATION: Final = "gen_ai.operation.name"
 PROVIDER: Final = "gen_ai.provider.name"
 SYSTEM: Final = "gen_ai.system"

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import orjson
 
-from ollama_tap.names import canonical_model
+from ollama_tap.ollama.names import canonical_model
 from ollama_tap.rawreply import unpack as unpack_raw
 from ollama_tap.recorder.backend import Row, Source
 from ollama_tap.recorder.output import from_reply, from_timeline

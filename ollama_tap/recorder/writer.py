@@ -93,8 +93,7 @@ class Writer:
         """Queue a finished exchange, or drop and count it when the queue is full (by count
         or by bytes) or the writer thread is gone."""
         weight = _weight(ex, cap)
-        queued = self._added - self._taken
-        full = len(self._queue) >= self.capacity or queued + weight > QUEUE_BYTES
+        full = len(self._queue) >= self.capacity or self.queued_bytes + weight > QUEUE_BYTES
         if full or (self._thread is not None and not self._thread.is_alive()):
             self.metrics.dropped.inc()
             return
@@ -108,6 +107,7 @@ class Writer:
 
     @property
     def queued_bytes(self) -> int:
+        """The estimated size of the records queued and not yet taken: what QUEUE_BYTES bounds."""
         return self._added - self._taken
 
     def _take(self, n: int) -> list[tuple[Exchange, Capture]]:

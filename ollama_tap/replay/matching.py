@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 
-from ollama_tap.names import canonical_model
+from ollama_tap.ollama.names import canonical_model
 from ollama_tap.recorder.redact import BODY_CAP, scrub
 
 VOLATILE: Final = frozenset({"keep_alive", "stream_options"})
@@ -139,10 +138,6 @@ class Library:
     entries: dict[bytes, Entry] = field(default_factory=dict)
     refused: dict[tuple[str, str, str | None], list[str]] = field(default_factory=dict)
     """Recordings kept without a whole request body (metadata mode), by method, path, model."""
-
-    def add_all(self, records: Iterable[dict[str, Any]]) -> None:
-        for record in records:
-            self.add(record)
 
     def add(self, record: dict[str, Any]) -> None:
         sketch = record_sketch(record, self.mode)

@@ -13,8 +13,8 @@ from aiohttp import web
 
 from ollama_tap import ollama
 from ollama_tap.hostcheck import host_check, local_addresses
-from ollama_tap.names import canonical_model
 from ollama_tap.ollama.errors import go_json
+from ollama_tap.ollama.names import canonical_model
 from ollama_tap.recorder.store import Filters, Store
 from ollama_tap.replay.catalog import VERSION, Catalog
 from ollama_tap.replay.matching import Library, MatchMode, request_sketch

@@ -13,7 +13,7 @@ from typing import Final, TypeAlias
 
 import orjson
 
-from ollama_tap.names import DEFAULT_HOST, DEFAULT_NAMESPACE, canonical_model
+from ollama_tap.ollama.names import DEFAULT_HOST, DEFAULT_NAMESPACE, canonical_model
 from ollama_tap.tokens.errors import GGUFError, StoreError
 from ollama_tap.tokens.gguf import GGUFMetadata, GGUFValue, read_metadata
 

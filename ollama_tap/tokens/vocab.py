@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from ollama_tap.names import model_key
+from ollama_tap.ollama.names import model_key
 from ollama_tap.tokens.detok import Detokenizer, Piece
 from ollama_tap.tokens.errors import GGUFError, StoreError, UnsupportedTokenizer, VocabError
 from ollama_tap.tokens.gguf import read_metadata
@@ -32,8 +32,6 @@ class Vocab:
     token_types: Sequence[int]
     source: str
     """Where it was read (a file path or an /api/show URL), for messages."""
-    bos_id: int | None = None
-    eos_id: int | None = None
     add_space_prefix: bool = True
     detokenizer: Detokenizer | None = field(default=None, repr=False, compare=False)
     """None when the tokenizer model is unsupported."""
@@ -56,8 +54,7 @@ class Vocab:
             detok = Detokenizer(model, tokens, types, bool(space))
         except UnsupportedTokenizer:
             detok = None
-        return cls(model, tokens, types, source, _opt_int(kv, "bos"), _opt_int(kv, "eos"),
-                   bool(space), detok)  # fmt: skip
+        return cls(model, tokens, types, source, bool(space), detok)
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str]) -> Vocab:
@@ -88,11 +85,6 @@ class Vocab:
     def pieces(self, ids: Sequence[int]) -> list[Piece]:
         """One (id, text, kind) per id."""
         return self._detok().pieces(ids)
-
-
-def _opt_int(kv: Mapping[str, object], which: str) -> int | None:
-    value = kv.get(f"tokenizer.ggml.{which}_token_id")
-    return value if isinstance(value, int) else None
 
 
 def load_local(store: ModelStore, model: str, digest: str | None = None) -> Vocab | None:
