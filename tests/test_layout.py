@@ -237,3 +237,21 @@ def lazy() -> None:
         "ollama_tap.recorder",
     }
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_no_test_module_imports_another() -> None:
+    # A helper two test files share lives in tests/support/ (or a folder's helper module):
+    # importing a test module runs its tests' collection twice and ties the files together.
+    tests = PACKAGE.parent / "tests"
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            found += [
+                f"{path.relative_to(tests.parent)} imports {name}"
+                for name in names
+                if name.startswith("tests.") and name.rpartition(".")[2].startswith("test_")
+            ]
+    assert not found, found

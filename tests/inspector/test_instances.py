@@ -8,7 +8,7 @@ import ollama
 
 from tests.conftest import MakeProxy
 from tests.inspector.browser import Page
-from tests.inspector.test_page import ROWS, summaries
+from tests.support.inspector import ROWS, summaries
 from tests.support.postgres import pg_server, pg_url
 from tests.support.serve_process import ADMIN_TOKEN
 

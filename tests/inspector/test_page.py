@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,36 +12,12 @@ import ollama
 from tests.conftest import MakeProxy, Proxy
 from tests.inspector.browser import Page
 from tests.support.fake_ollama import FakeOllama
+from tests.support.inspector import ROWS, recorded, summaries, text_of
 from tests.support.serve_process import ADMIN_TOKEN
 
-AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 PROMPT = "Why is the sky blue?"
 HOSTILE_PROMPT = "<img src=x onerror=alert(1)>"
 HOSTILE_TOKENS = ["<b>", "bold", "</b>", "<script>alert(2)</script>"]
-ROWS = "#records tbody tr"
-
-
-async def summaries(proxy: Proxy, want: int) -> list[dict[str, Any]]:
-    """The listed records once `want` have been written, newest first."""
-    async with aiohttp.ClientSession(headers=AUTH) as s:
-        for _ in range(100):
-            async with s.get(f"{proxy.url}/_tap/api/records?limit=1000") as resp:
-                page: list[dict[str, Any]] = (await resp.json())["records"]
-            if len(page) >= want:
-                return page
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"only {len(page)} of {want} records were written")
-
-
-async def recorded(proxy: Proxy, want: int) -> list[dict[str, Any]]:
-    """Every record in full once `want` have been written, newest first."""
-    listed = await summaries(proxy, want)
-    async with aiohttp.ClientSession(headers=AUTH) as s:
-        full = []
-        for summary in listed:
-            async with s.get(f"{proxy.url}/_tap/api/records/{summary['id']}") as resp:
-                full.append(await resp.json())
-        return full
 
 
 async def traffic(proxy: Proxy, fake: FakeOllama) -> None:
@@ -58,10 +33,6 @@ async def traffic(proxy: Proxy, fake: FakeOllama) -> None:
     messages = [{"role": "user", "content": HOSTILE_PROMPT}]
     async for _ in await client.chat("llama3.2", messages=messages, stream=True):
         pass
-
-
-def text_of(selector: str) -> str:
-    return f"document.querySelector({json.dumps(selector)})?.textContent"
 
 
 async def open_record(page: Page, record: dict[str, Any]) -> None:

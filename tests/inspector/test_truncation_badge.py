@@ -6,8 +6,8 @@ import ollama
 
 from tests.conftest import Proxy
 from tests.inspector.browser import Page
-from tests.inspector.test_page import recorded
 from tests.support.fake_ollama import FakeOllama
+from tests.support.inspector import recorded
 from tests.support.serve_process import ADMIN_TOKEN
 
 

@@ -19,8 +19,8 @@ import pytest
 
 from tests.conftest import Proxy
 from tests.inspector.browser import Page
-from tests.inspector.test_page import ROWS, recorded, summaries, text_of
 from tests.support.fake_ollama import FakeOllama
+from tests.support.inspector import ROWS, recorded, summaries, text_of
 from tests.support.serve_process import ADMIN_TOKEN
 
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"

@@ -23,6 +23,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from tests.support.waiting import eventually
+
 PROTOBUF = "application/x-protobuf"
 
 
@@ -118,3 +120,8 @@ class Receiver:
     @property
     def clients(self) -> list[Received]:
         return self.of_kind(Span.SPAN_KIND_CLIENT)
+
+
+async def spans_of(receiver: Receiver, count: int) -> None:
+    """Wait until `count` exchanges' spans (a SERVER span and its CLIENT child) arrived."""
+    await eventually(lambda: len(receiver.servers) >= count and len(receiver.clients) >= count)

@@ -8,8 +8,7 @@ import ollama
 import pytest
 
 from tests.conftest import MakeProxy
-from tests.otel.receiver import Receiver
-from tests.otel.test_spans import spans_of
+from tests.otel.receiver import Receiver, spans_of
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import LLAMA
 

@@ -11,8 +11,7 @@ from ollama_tap.ollama.routes import ENDPOINTS
 from ollama_tap.otel.semconv import operation_of
 from ollama_tap.relay.trace_context import parse_traceparent, spanned
 from tests.conftest import MakeProxy, Proxy
-from tests.otel.receiver import Receiver
-from tests.otel.test_spans import spans_of
+from tests.otel.receiver import Receiver, spans_of
 from tests.support.fake_ollama import FakeOllama
 from tests.support.metrics import LLAMA, MESSAGES
 

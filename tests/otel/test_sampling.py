@@ -7,8 +7,7 @@ import ollama
 import pytest
 
 from tests.conftest import MakeProxy, Proxy
-from tests.otel.receiver import Receiver
-from tests.otel.test_spans import spans_of
+from tests.otel.receiver import Receiver, spans_of
 from tests.support.metrics import LLAMA, MESSAGES
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

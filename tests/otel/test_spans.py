@@ -13,18 +13,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 from ollama_tap.app import HOOKS, OTEL
 from ollama_tap.hooks import observer_name
 from tests.conftest import MakeProxy, Proxy
-from tests.otel.receiver import Receiver
+from tests.otel.receiver import Receiver, spans_of
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import LLAMA, MESSAGES, QWEN, TOL, near, settled, took
-from tests.support.waiting import eventually
 
 LOAD, QUEUE, PREFILL, TOKEN = 0.3, 0.2, 0.1, 0.03
 OPTIONS = {"temperature": 0.25, "top_p": 0.5, "num_predict": 64, "num_ctx": 4096}
-
-
-async def spans_of(receiver: Receiver, count: int) -> None:
-    """Wait until `count` exchanges' spans (a SERVER span and its CLIENT child) arrived."""
-    await eventually(lambda: len(receiver.servers) >= count and len(receiver.clients) >= count)
 
 
 async def test_a_streamed_chat_is_one_server_span_with_a_client_child_and_its_figures(

@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 from ollama_tap.config import Settings
 from ollama_tap.recorder import Recorder
 from tests.recorder.factory import make_settings
-from tests.support.postgres import PgServer, pg_server, pg_url
+from tests.support.postgres import PgServer, own_server, pg_server, pg_url
 
-__all__ = ["pg_server", "pg_url"]  # fixtures, for the tests of this folder
+__all__ = ["own_server", "pg_server", "pg_url"]  # fixtures, for the tests of this folder
 
 
 @pytest.fixture

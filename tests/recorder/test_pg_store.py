@@ -32,7 +32,7 @@ from tests.recorder.factory import (
     native_usage,
     pieces,
 )
-from tests.support.postgres import PgServer, binaries
+from tests.support.postgres import PgServer
 from tests.support.waiting import eventually
 
 DROPPED = "ollama_tap_records_dropped_total"
@@ -205,19 +205,6 @@ async def test_a_row_the_server_refuses_costs_only_itself(tmp_path: Path, pg_url
     page, _ = await asyncio.to_thread(rec.store.page, Filters(), 10)
     assert {r["id"] for r in page} == {"before", "after"}
     assert sample(registry, ERRORS) == 1
-
-
-@pytest.fixture
-def own_server() -> Any:
-    """A server of the test's own, to stop and start again."""
-    found = binaries()
-    if found is None:
-        pytest.skip("PostgreSQL is not installed (make system-deps installs Debian's)")
-    server = PgServer(found)
-    server.start()
-    server.add_password_user()
-    yield server
-    server.close()
 
 
 @pytest.mark.slow

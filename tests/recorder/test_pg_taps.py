@@ -21,7 +21,6 @@ from ollama_tap.cli import main
 from ollama_tap.recorder.pg_schema import VERSION
 from ollama_tap.recorder.store import Filters, Store
 from tests.conftest import MakeProxy
-from tests.recorder.test_pg_store import own_server  # noqa: F401 - the fixture
 from tests.support.fake_ollama import FakeOllama
 from tests.support.postgres import PASSWORD, PASSWORD_USER, PgServer
 from tests.support.records import records
@@ -92,7 +91,7 @@ async def test_two_taps_starting_at_once_migrate_once(fake_ollama: FakeOllama, p
 async def test_a_server_stopped_mid_traffic_costs_the_streams_nothing(
     proxy_factory: MakeProxy,
     fake_ollama: FakeOllama,
-    own_server: PgServer,  # noqa: F811
+    own_server: PgServer,
 ) -> None:
     url = await asyncio.to_thread(own_server.new_database)
     proxy = await proxy_factory(db=url, recorder_queue=30)

@@ -106,3 +106,18 @@ def pg_server() -> Iterator[PgServer]:
 @pytest.fixture
 def pg_url(pg_server: PgServer) -> str:
     return pg_server.new_database()
+
+
+@pytest.fixture
+def own_server() -> Iterator[PgServer]:
+    """A server of the test's own, to stop and start again."""
+    found = binaries()
+    if found is None:
+        pytest.skip("PostgreSQL is not installed (make system-deps installs Debian's)")
+    server = PgServer(found)
+    try:
+        server.start()
+        server.add_password_user()
+        yield server
+    finally:
+        server.close()

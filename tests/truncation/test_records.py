@@ -17,8 +17,8 @@ from ollama_tap.recorder.schema import VERSION
 from ollama_tap.recorder.store import Filters
 from tests.conftest import Proxy
 from tests.recorder.factory import make_settings, stored
-from tests.recorder.test_schema import build_v1
 from tests.support.fake_ollama import FakeOllama
+from tests.support.old_schema import build_v1
 from tests.support.records import records
 
 
