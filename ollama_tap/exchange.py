@@ -79,6 +79,25 @@ class OutputText(Protocol):
         text is kept."""
 
 
+class PropagatedTrace(Protocol):
+    """The trace ids the upstream was told in its `traceparent` (`--otel-propagate`): the
+    relay chooses them with the request head (ollama_tap/relay/trace_context.py), before
+    any span exists, and the spans take them at the exchange's end."""
+
+    @property
+    def trace_id(self) -> int: ...
+
+    @property
+    def client_span_id(self) -> int:
+        """The CLIENT span's id, which the upstream sees as its parent."""
+
+    @property
+    def flags(self) -> str: ...
+
+    @property
+    def tracestate(self) -> str | None: ...
+
+
 @dataclass(slots=True, init=False)
 class Usage:
     """Token counts and Ollama's own timings from the final object or usage event.
@@ -265,6 +284,10 @@ class Exchange:
     them at the `request` hook (the recorder in full mode); None otherwise or once dropped.
     The one capability an observer has over the data path (ollama_tap/hooks.py)."""
 
+    propagated: PropagatedTrace | None
+    """The trace ids the upstream was told, set by the relay with the request head when
+    `--otel-propagate` is on and the route gets spans; None otherwise."""
+
     outcome: Outcome | None
     ended: float | None
 
@@ -321,6 +344,7 @@ class Exchange:
         self.error_message = None
         self.retried = None
         self.raw_reply = None
+        self.propagated = None
         self.outcome = None
         self.ended = None
         self.truncation = None

@@ -255,3 +255,53 @@ def test_no_test_module_imports_another() -> None:
                 if name.startswith("tests.") and name.rpartition(".")[2].startswith("test_")
             ]
     assert not found, found
+
+
+def metadata_keys(tree: ast.AST) -> Iterator[ast.expr]:
+    """The keys a module reads or writes in `<x>.metadata`: subscripts and get/pop/setdefault."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and _is_metadata(node.value):
+            yield node.slice
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and _is_metadata(node.func.value)
+            and node.args
+        ):
+            yield node.args[0]
+        elif isinstance(node, ast.Compare) and any(_is_metadata(c) for c in node.comparators):
+            yield node.left
+
+
+def _is_metadata(node: ast.expr) -> bool:
+    """`x.metadata`, for any x but the `importlib` module."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "metadata"):
+        return False
+    return not (isinstance(node.value, ast.Name) and node.value.id == "importlib")
+
+
+def test_an_observer_keeps_only_its_own_state_in_metadata() -> None:
+    # `ex.metadata` is each observer's scratch space under a key of its own module; a fact
+    # for others is a typed Exchange field. A string literal or a borrowed key is how one
+    # observer would start reading another's state.
+    found = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        own = {
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign | ast.AnnAssign)
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)
+        }
+        for key in metadata_keys(tree):
+            if not (isinstance(key, ast.Name) and key.id in own):
+                found.append(f"{name}:{key.lineno}: {ast.unparse(key)}")
+            elif owner(name) is None and name not in SHARED_OBSERVERS:
+                found.append(f"{name}:{key.lineno}: not an observer")
+    assert not found, found
+    sample = ast.parse(
+        'ex.metadata["recorder"]\nex.metadata.get(NAME)\nKEY in ex.metadata\n'
+        'importlib.metadata.version("x")'
+    )
+    assert [ast.unparse(k) for k in metadata_keys(sample)] == ["'recorder'", "NAME", "KEY"]

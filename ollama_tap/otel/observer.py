@@ -20,7 +20,7 @@ from ollama_tap.otel.export import Tracing
 from ollama_tap.otel.metrics import GenAiMetrics
 from ollama_tap.otel.parts import span_parts
 from ollama_tap.otel.spans import ContextLength
-from ollama_tap.relay.trace_context import METADATA_KEY as TRACE_IDS
+from ollama_tap.relay.trace_ids import TraceIds
 
 NAME: Final = "otel"
 
@@ -64,7 +64,8 @@ class OtelObserver:
         if made is None:
             return
         context = self.parent(ex)
-        ids = SpanIds(remote_parent(context), ex.metadata.get(TRACE_IDS))
+        told = ex.propagated
+        ids = SpanIds(remote_parent(context), told if isinstance(told, TraceIds) else None)
         self.emitter.emit(
             made.name, ids, context, made.times, made.server, made.client, made.events,
             made.error,

@@ -142,7 +142,7 @@ class Tapped:
             started_wall=time.time() - (time.monotonic() - arrived),
         )
         if tap.target.propagates:
-            ex.metadata[trace_context.METADATA_KEY] = trace_context.ids_of(incoming)
+            ex.propagated = trace_context.ids_of(incoming)
         self.tee = ollama.tees_request_body(
             ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
         )

@@ -22,8 +22,6 @@ from ollama_tap.relay.trace_ids import TraceIds
 
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
-METADATA_KEY: Final = "otel_trace_ids"
-"""Where the exchange keeps its TraceIds (`Exchange.metadata`)."""
 _HEX: Final = frozenset(string.hexdigits.lower())
 
 

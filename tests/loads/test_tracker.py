@@ -1,4 +1,4 @@
-"""The load tracker's rules one by one (research §10.B), on hand-built exchanges and
+"""The load tracker's rules one by one (L0–L7, docs/diagnoses.md), on hand-built exchanges and
 /api/ps snapshots: what the scripted day does not reach."""
 
 from __future__ import annotations

@@ -181,8 +181,8 @@ def _delete(path: Path) -> None:
 async def test_an_idle_writer_sleeps_until_a_record_comes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # It used to wake every 50 ms to find nothing, taking the GIL from the event loop each
-    # time; now a record wakes it, and only the first of a batch needs to.
+    # A wake with nothing to do takes the GIL from the event loop for nothing: a record
+    # wakes the thread, and only the first of a batch needs to.
     from ollama_tap.recorder import writer
 
     rounds = _count_rounds(monkeypatch)
@@ -200,8 +200,8 @@ async def test_an_idle_writer_sleeps_until_a_record_comes(
 async def test_a_failing_prune_is_not_retried_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # With the prune due and failing (a replaced file that cannot be reopened, say), each
-    # round used to run straight into the next: the thread spun, logging each time.
+    # With the prune due and failing (a replaced file that cannot be reopened, say), a
+    # round that ran straight into the next would spin the thread, logging each time.
     from ollama_tap.recorder import writer
 
     rec, registry = await _started(tmp_path)

@@ -32,7 +32,7 @@ def finished(endpoint: str = "/api/chat", *, p: int, e: int = 5, **fields: Any) 
 
 @pytest.mark.parametrize(
     ("c", "keep", "limit"),
-    # The table of the research, §3 (TestContextShiftPromptLimit and reported values).
+    # Ollama's TestContextShiftPromptLimit table, and values users reported.
     [
         (4096, 4, 2050),
         (4096, 5, 2051),
