@@ -12,6 +12,7 @@ from ollama_tap.attribution import ClientNames
 from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind
 from ollama_tap.facts import TruncationKind, Verdict
 from ollama_tap.hooks import Hooks, Phase, observer_name
+from ollama_tap.metrics.observer import MetricsObserver
 from ollama_tap.names import ModelLabels
 from ollama_tap.truncation.observer import TruncationObserver
 from tests.support.exchanges import new_exchange
@@ -95,9 +96,6 @@ def test_note_outputs_equals_note_output_piece_by_piece() -> None:
 
 
 def test_metrics_gaps_are_the_same_batched_or_one_by_one() -> None:
-    from ollama_tap.metrics.observer import MetricsObserver
-    from ollama_tap.names import ModelLabels
-
     times = [0.10, 0.10, 0.10, 0.25, 0.31, 0.31, 0.90]
     reads = [[0.10, 0.10, 0.10], [0.25], [0.31, 0.31], [0.90]]
     registries = []
