@@ -1,5 +1,9 @@
 """The shape of `ollama_tap/`: no import cycles, no observer importing another, modules of a
-readable length, and comments that say why rather than when or how much."""
+readable length, and comments that say why rather than when or how much.
+
+The import rules read the graph built here rather than import-linter's contracts: the
+graph is already needed for the cycles, and a contract file would be a second place to keep
+the observer list."""
 
 from __future__ import annotations
 
