@@ -3,9 +3,11 @@ each once and in order, as the driver (tap.py) advances it.
 
     ARRIVED -> REQUESTED -> HEADERS -> SETTLED -> ENDED
 
-A stage is only ever left forwards, by `advance`, and may skip HEADERS (no reply came, or
-none reached the client) and REQUESTED (settling fires `request` first); anything else (a
-second settling, a head after the end) is a bug of the proxy's, raised as `StageError`.
+A stage is only ever left forwards, by `advance`. REQUESTED comes at the first of: the
+request on its way, the reply's head, a streamed body's end, the settling. HEADERS is skipped
+when no reply came (or none reached the client, and the head was not taken whole). Anything
+else (a second settling, a head after the end) is a bug of the proxy's, raised as
+`StageError`.
 """
 
 from __future__ import annotations

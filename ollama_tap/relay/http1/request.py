@@ -169,7 +169,7 @@ class FrontRequest(Incoming):
         """The client waits for `100 Continue` before its body (the rule refused any other
         expectation; RFC 9110 §10.1.1 has an HTTP/1.0 one ignored)."""
         self.longest_field = 0
-        """Bytes of the longest header name or value (aiohttp refuses past its limit)."""
+        """Bytes of the longest header name or value (refused past MAX_FIELD: serves.py)."""
         self.sent: Reply | None = None
         """The upstream's reply, when the request was sent from the callback it arrived in
         (`relay.send_on_arrival`), until its relay adopts it."""

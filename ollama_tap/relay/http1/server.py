@@ -140,7 +140,7 @@ class FrontConnection(asyncio.Protocol):
         if self.keeping:
             self.raw.append(data)
         if self.pending is not None:
-            return  # parsing has stopped; reading is paused, and these bytes are aiohttp's
+            return  # parsing has stopped and reading is paused: aiohttp's bytes, or nobody's
         parser = self.parser
         if parser is None:
             return  # the connection was lost
