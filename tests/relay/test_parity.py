@@ -36,6 +36,7 @@ async def through(
     body: Any,
     *,
     warm: bool = False,
+    chunked: bool = False,
     on_arrival: list[bool] | None = None,
     **kw: Any,
 ) -> tuple[Recorder, tuple[int, list[tuple[str, str]], bytes]]:
@@ -51,45 +52,65 @@ async def through(
         recorder.calls.clear()
     with capture_logs() as logs:
         async with aiohttp.ClientSession(auto_decompress=False, headers=MARK) as s:
-            got = await fetch(s, method, proxy.url + path, body)
+            got = await fetch(s, method, proxy.url + path, body, chunked=chunked)
     if on_arrival is not None:
         on_arrival.append(any(e["event"] == "sent_on_arrival" for e in logs))
     return recorder, (got[0], comparable(got[1]), got[2])
 
 
-def _sent(fake_ollama: FakeOllama, before: int) -> list[tuple[str, list[tuple[str, str]], Any]]:
-    """The test's requests the fake received since `before` (its poller's are not)."""
+_FRAMING = ("Content-Length", "Transfer-Encoding")
+
+
+def _sent(
+    fake_ollama: FakeOllama, before: int, *, reframed: bool = False
+) -> list[tuple[str, list[tuple[str, str]], Any]]:
+    """The test's requests the fake received since `before` (its poller's are not); without
+    their framing when `reframed` (a chunked body that arrived whole goes with its length)."""
     sent = [r for r in fake_ollama.received[before:] if (*MARK.items(),)[0] in r.headers]
-    return [(r.method, sorted(r.headers), r.body) for r in sent]
+    return [
+        (r.method, sorted(h for h in r.headers if not (reframed and h[0] in _FRAMING)), r.body)
+        for r in sent
+    ]
 
 
-@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+_FRAMED = [
+    (*route, chunked) for route in ROUTES for chunked in (False, True) if route[2] or not chunked
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "chunked"),
+    _FRAMED,
+    ids=[f"{m} {p}{' chunked' if c else ''}" for m, p, _, c in _FRAMED],
+)
 async def test_every_route_reaches_ollama_and_comes_back_as_if_sent_straight(
     method: str,
     path: str,
     body: Any,
+    chunked: bool,
     proxy_factory: MakeProxy,
     fake_ollama: FakeOllama,
 ) -> None:
     """Upstream, the request is the one the client would have sent straight to Ollama (Host
-    is the upstream's either way); back, the status and headers are Ollama's. The hooks and
-    both sides are the same whether the request waited for a connection or went upstream
-    the moment it arrived whole."""
+    is the upstream's either way), its body with a length or chunked; back, the status and
+    headers are Ollama's. The hooks and both sides are the same whether the request waited
+    for a connection or went upstream the moment it arrived whole."""
     before = len(fake_ollama.received)
     async with aiohttp.ClientSession(auto_decompress=False, headers=MARK) as s:
-        direct = await fetch(s, method, fake_ollama.url + path, body)
-    straight = (_sent(fake_ollama, before), (direct[0], comparable(direct[1])))
+        direct = await fetch(s, method, fake_ollama.url + path, body, chunked=chunked)
+    straight = (_sent(fake_ollama, before, reframed=chunked), (direct[0], comparable(direct[1])))
     on_arrival: list[bool] = []
     seen = {}
     for warm in (False, True):
         before = len(fake_ollama.received)
         recorder, reply = await through(
-            proxy_factory, method, path, body, warm=warm, on_arrival=on_arrival
+            proxy_factory, method, path, body, warm=warm, chunked=chunked, on_arrival=on_arrival
         )
-        seen[warm] = (recorder.calls, reply[:2], _sent(fake_ollama, before))
+        seen[warm] = (recorder.calls, reply[:2], _sent(fake_ollama, before, reframed=chunked))
         assert (seen[warm][2], seen[warm][1]) == straight
     assert seen[False] == seen[True]
-    assert on_arrival == [False, True], "the warm request was not sent on arrival"
+    if not chunked:  # a chunked body comes in pieces: not whole on arrival
+        assert on_arrival == [False, True], "the warm request was not sent on arrival"
     hooks = [name for name, _ in seen[False][0]]
     assert hooks[:2] == ["request", "response_headers"] and hooks[-1] == "response"
 
