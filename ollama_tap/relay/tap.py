@@ -45,9 +45,7 @@ class Fact(enum.Enum):
 class Report:
     """A `Fact`, with when the reply's last byte was written or what went wrong."""
 
-    def __init__(
-        self, fact: Fact, *, at: float | None = None, error: BaseException | None = None
-    ) -> None:
+    def __init__(self, fact: Fact, *, at: float = 0.0, error: BaseException | None = None) -> None:
         self.fact, self.at, self.error = fact, at, error
 
 
@@ -193,9 +191,8 @@ class Tap:
         if fact is Fact.REPLY_DONE:
             # The duration ends with the last write, not after the reader's parse of a
             # single reply (up to the tee limit: a large embedding).
-            at = report.at
-            tapped.close_reader(at or 0.0)
-            self._settle(relay, tapped.reply_outcome(), at)
+            tapped.close_reader(report.at)
+            self._settle(relay, tapped.reply_outcome(), report.at)
         elif fact is Fact.CLIENT_LEFT:
             self._settle(relay, *tapped.left(Outcome.CLIENT_DISCONNECTED))
         elif fact is Fact.UPSTREAM_CUT:

@@ -437,3 +437,22 @@ async def test_a_body_that_ends_after_the_reply_is_parsed_before_the_end() -> No
         ("response", Outcome.UPSTREAM_ERROR),
     ]
     assert (t.ex.model, t.ex.request_body, t.ex.ended) == ("late", b'{"model":"late"}', 2.0)
+
+
+async def test_a_step_its_stage_does_not_allow_is_a_bug_said_loudly() -> None:
+    """Stages only go forwards: a head after the end, an end before the settling, a second
+    settling are the proxy's bugs, raised with both stages named, never passed over."""
+    t = tapped().tapped
+    assert t.stage is Stage.ARRIVED
+    with pytest.raises(StageError, match="ends unsettled"):
+        t.end()
+    t.fire_request()
+    t.fire_request()  # whichever comes first fires it; the others find it done
+    assert t.stage is Stage.REQUESTED
+    t.reply_head(200, JSON)
+    with pytest.raises(StageError, match="HEADERS from HEADERS"):
+        t.reply_head(200, JSON)
+    t.settle(Outcome.OK, 1.0)
+    assert t.stage is Stage.ENDED
+    with pytest.raises(StageError, match="HEADERS from ENDED"):
+        t.reply_head(200, JSON)

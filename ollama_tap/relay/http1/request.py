@@ -202,8 +202,9 @@ class BodyClock:
         self._timer: asyncio.TimerHandle | None = None
 
     def watch(self, cut: Callable[[str], None]) -> None:
-        """A body began streaming in: it must keep coming."""
-        self.stop()
+        """A body is streaming in: it must keep coming (unless a bound is armed already)."""
+        if self._timer is not None:
+            return
         self.last_byte = time.monotonic()
         self._timer = asyncio.get_running_loop().call_later(STALL_SECONDS, self._stalled, cut)
 

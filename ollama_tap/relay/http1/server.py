@@ -178,10 +178,13 @@ class FrontConnection(asyncio.Protocol):
         elif self.current is not None:
             # The same for a chunked body's framing: a read without a body byte counts
             # whole; one with a body byte (or the head's end) starts the count again.
+            # A body that spans reads is watched for a stall (armed once, only for those).
+            clock = self.clock
             if self.fed:
-                self.framing, self.clock.last_byte = 0, time.monotonic()
+                self.framing, clock.last_byte = 0, time.monotonic()
             else:
                 self.framing += len(data)
+            clock.watch(self.cut)
             if self.framing > MAX_FRAMING:
                 self.unparseable(TooLarge("chunk framing or trailer too large"))
 
@@ -258,7 +261,6 @@ class FrontConnection(asyncio.Protocol):
             self.pending, self.refusal = "refuse", route.response(request.path, version)
             raise _Stop
         self.current = request
-        self.clock.watch(self.cut)
         self.raw, self.keeping = [], False
         if self.task is None:
             if self.front.closing:
