@@ -31,6 +31,11 @@ class UpstreamUnreachable(ConnectionError):
     """No connection to the upstream could be opened; the message names host, port and why."""
 
 
+class StageError(RuntimeError):
+    """An exchange was told of a step its stage does not allow (relay/tapped.py): a bug of
+    the proxy's."""
+
+
 class ClientGone(ConnectionResetError):
     """The client closed its connection while its request body was still arriving."""
 

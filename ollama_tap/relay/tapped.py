@@ -29,6 +29,7 @@ from ollama_tap.exchange import Exchange, Outcome, OutputChunk
 from ollama_tap.hooks import Hooks
 from ollama_tap.relay import trace_context
 from ollama_tap.relay.bodies import TeedBody
+from ollama_tap.relay.failures import StageError
 from ollama_tap.relay.headers import UpstreamTarget
 from ollama_tap.relay.incoming import Incoming
 
@@ -53,10 +54,6 @@ class Stage(enum.IntEnum):
     rest of an upload that the upstream answered early (`finish`)."""
     ENDED = 4
     """`response` or `error` fired."""
-
-
-class StageError(RuntimeError):
-    """An exchange was told of a step its stage does not allow: a bug of the proxy's."""
 
 
 class Tapped:

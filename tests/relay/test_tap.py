@@ -17,10 +17,10 @@ from ollama_tap.config import Settings
 from ollama_tap.exchange import Exchange, Outcome, OutputChunk
 from ollama_tap.hooks import Hooks
 from ollama_tap.relay.bodies import Upload
-from ollama_tap.relay.failures import UpstreamGone
+from ollama_tap.relay.failures import StageError, UpstreamGone
 from ollama_tap.relay.incoming import Incoming
 from ollama_tap.relay.tap import Fact, Report, Tap
-from ollama_tap.relay.tapped import Stage, StageError, Tapped
+from ollama_tap.relay.tapped import Stage, Tapped
 
 NDJSON = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/x-ndjson"}))
 JSON = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json; charset=utf-8"}))
