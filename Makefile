@@ -15,7 +15,7 @@ UNBUILD := find ollama_tap -name '*.so' -delete && rm -f ./*__mypyc*.so .compile
 # Serial even under -j: every recipe installs into, or builds in, the same venv and tree.
 .NOTPARALLEL:
 
-.PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps build-deps \
+.PHONY: run test lint typecheck unit unit-interpreted system-deps build-deps \
 	python-check engine bench instructions env clean
 
 ## python-check: $(PYTHON) is 3.11 or newer, else the way to get one (make run PYTHON=...)
@@ -123,12 +123,6 @@ unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps engine
 PROXY_TESTS_ONLY := --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench \
 	--ignore=tests/test_install.py
 
-## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one,
-## the real-engine tier among them
-unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled engine
-	$(ENGINE_ENV) PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.support.aiohttp_relay_mode \
-	  $(PROXY_TESTS_ONLY)
-
 ## the same proxy tests against the .py sources (an OLLAMA_TAP_PURE_PYTHON=1 install), and
 ## the tests that patch module internals, which compiled modules do not see; not the
 ## real-engine tier, which the two passes above run and which patches nothing
@@ -136,7 +130,7 @@ unit-interpreted: $(VENV)/.test-deps
 	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q $(PROXY_TESTS_ONLY) --ignore=tests/engine
 
 ## make test: install everything the tests need, then lint, type-check and run the suite
-test: lint typecheck unit unit-aiohttp-relay unit-interpreted
+test: lint typecheck unit unit-interpreted
 
 ## make bench: the overhead benchmark (direct vs nginx vs ollama-tap), prints ratios
 bench: $(VENV)/.test-deps $(VENV)/.compiled

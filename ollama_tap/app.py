@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 
+import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -25,7 +26,8 @@ from ollama_tap.otel import Otel
 from ollama_tap.otel import start as start_otel
 from ollama_tap.recorder import Recorder
 from ollama_tap.recorder.api import add_routes as add_recorder_routes
-from ollama_tap.relay import SESSION, install, make_session, server_args
+from ollama_tap.relay import install, server_args
+from ollama_tap.relay.headers import MAX_FIELD
 from ollama_tap.tokens.store import ModelStore
 from ollama_tap.tokens.vocab import Vocab, VocabCache, VocabSource
 from ollama_tap.truncation.observer import TruncationObserver
@@ -41,6 +43,23 @@ ADMIN_TOKEN = web.AppKey("admin_token", str)
 OTEL = web.AppKey("otel", Otel)
 VOCABS = web.AppKey("vocabs", VocabCache)
 """Vocabularies by model digest, for the read API's decoded `context` (never the hot path)."""
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+"""The app's own upstream client: the poller's and the vocabulary loader's (the relay has
+its own pool, relay/http1/pool.py)."""
+
+
+def make_session() -> aiohttp.ClientSession:
+    """An upstream client, transparent by construction: no headers of its own, no
+    decompression, no cookie jar, no proxy from the environment, no connection cap, and a
+    reply header up to what the proxy takes from clients (not aiohttp's 8,190 bytes)."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        max_field_size=MAX_FIELD,
+    )
 
 
 def _vocab_cache(app: web.Application, settings: Settings) -> VocabCache:

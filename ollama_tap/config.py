@@ -128,13 +128,6 @@ class Settings(BaseSettings):
         description="Send the proxy's CLIENT span upstream as the request's traceparent "
         "(with span export on; else the app's headers go up unchanged).",
     )
-    relay: Literal["aiohttp", "fast"] = Field(
-        "fast",
-        description="'fast': the proxy's own HTTP/1.1 transport (ollama_tap/relay/http1; /_tap "
-        "and unusual requests go through aiohttp's); 'aiohttp': aiohttp's server and client "
-        "for everything (more CPU per request and per chunk).",
-    )
-
     # Client attribution (ollama_tap/attribution.py): which app sent each exchange.
     client_header: str = Field(
         DEFAULT_HEADER, description="Request header an app names itself in (forwarded as is)."

@@ -8,10 +8,10 @@ Hooks fire in this order for every exchange, from the event loop, and must retur
   answered first, or could not be reached) and its fields are on ``ex.request``. When the
   upstream answered first, they are those of what had arrived; ``ex.request`` is completed
   from the rest of the body (read for the record) before ``response`` or ``error``.
-- ``response_headers(ex)``: once, when the upstream's status and headers are known. Not
-  fired when the upstream was unreachable. The aiohttp transport fires it before the
-  client's response head is written; the HTTP/1 transport right after (observers never delay
-  the first token), and ``request`` with it if the upstream answered before that had run.
+- ``response_headers(ex)``: once, when the upstream's status and headers are known, right
+  after the client's response head was written (observers never delay the first token),
+  and ``request`` with it if the upstream answered before that had run. Not fired when the
+  upstream was unreachable.
 - ``chunk(ex, piece)``: for each output piece (``OutputChunk``), right after the bytes
   carrying it were written to the client. Only for replies whose framing was parsed.
   An observer may implement ``chunks(ex, pieces)`` instead: the same pieces, in the same

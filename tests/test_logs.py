@@ -24,6 +24,7 @@ MALFORMED = [
     "GET /_tap/api/records HTTP/1.1\r\nHost: localhost\r\n"
     f"Authorization: Bearer {ADMIN_TOKEN}{'a' * 70_000}\r\n\r\n",
 ]
+"""Two that llhttp refuses, one with a header past the proxy's limit (431)."""
 
 
 async def send(url: str, request: str) -> bytes:
@@ -35,24 +36,23 @@ async def send(url: str, request: str) -> bytes:
     return reply
 
 
-@pytest.mark.parametrize("relay", ["fast", "aiohttp"])
 async def test_a_malformed_request_is_logged_without_its_bytes(
-    fake_ollama: FakeOllama, tmp_path: Path, relay: str
+    fake_ollama: FakeOllama, tmp_path: Path
 ) -> None:
-    proc, url = await serve(fake_ollama.url, tmp_path / "r.db", "--relay", relay, capture=True)
+    proc, url = await serve(fake_ollama.url, tmp_path / "r.db", capture=True)
     try:
-        for request in MALFORMED:
-            assert (await send(url, request)).split(b" ", 2)[1] == b"400"
+        statuses = [(await send(url, request)).split(b" ", 2)[1] for request in MALFORMED]
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = await proc.communicate()
+    assert statuses == [b"400", b"400", b"431"]
     logged = [line for line in stderr.splitlines() if line.startswith(b"{")]  # not the banner
     assert not [line for line in logged if ADMIN_TOKEN.encode() in line]
     lines = [json.loads(line) for line in logged]
-    said = [line for line in lines if line["event"].startswith("Error handling request")]
+    said = [line for line in lines if line["event"] in ("front_unparseable", "front_refused")]
     assert len(said) == len(MALFORMED), lines
     assert {line["level"] for line in said} == {"info"}
-    assert "exception" not in said[0] and "answered 400" in said[0]["event"]
+    assert not [line for line in said if "exception" in line]
 
 
 def test_the_filter_keeps_other_records_and_honours_the_level() -> None:

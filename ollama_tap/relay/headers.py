@@ -1,5 +1,5 @@
 """The header rules of the data path, pure: what goes upstream, what comes back, and the
-heads both transports write (table-tested in tests/relay/test_headers.py)."""
+heads the HTTP/1 server writes (table-tested in tests/relay/test_headers.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Final
 
 from aiohttp import hdrs
 from aiohttp.http import SERVER_SOFTWARE
-from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from ollama_tap.config import Settings
@@ -37,16 +36,18 @@ HOP_BY_HOP: Final = frozenset(
     )
 )
 """RFC 9110 §7.6.1 hop-by-hop fields, plus the legacy ones proxies still meet."""
-NOT_UPSTREAM: Final = HOP_BY_HOP | {"host"}
-"""What never goes upstream as the client sent it (Host is rewritten)."""
+NOT_UPSTREAM: Final = HOP_BY_HOP | {"host", "expect"}
+"""What never goes upstream as the client sent it: Host is rewritten, and an `Expect:
+100-continue` the proxy met itself (http1/server.py), so the upstream is not asked to meet it
+again (an upstream may ignore Expect, as RFC 9110 allows, and the body would then wait)."""
 _BODYLESS_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
 """Methods sent without `Content-Length: 0` when they carry no body (as aiohttp's client)."""
 _WRITELINES_FROM: Final = 16 * 1024
 """Above this size a chunk is framed by writelines instead of being copied into one buffer."""
 LAST_CHUNK: Final = b"0\r\n\r\n"
 MAX_FIELD: Final = 65536
-"""Bytes of one header name or value the proxy takes, both ways and on both transports (the
-app configures aiohttp's server and client with it; llhttp has no limit of its own)."""
+"""Bytes of one header name or value the proxy takes, both ways (the front checks it, and
+the app configures aiohttp's server and client with it; llhttp has no limit of its own)."""
 IDLE_SECONDS: Final = 15.0
 """An idle upstream connection older than this is closed, not reused (aiohttp's keep-alive
 timeout): it may be closing at the upstream's end just as a request is written to it."""
@@ -59,13 +60,12 @@ class UpstreamTarget:
     """Where requests go: the upstream's origin, its Host value and Ollama's path prefix (if
     OLLAMA_HOST had one); only these change in a request's target."""
 
-    def __init__(self, url: URL, propagate: bool = False) -> None:
+    def __init__(self, url: URL, *, propagate: bool = False) -> None:
         self.url = url
         self.propagates = propagate
         # Chosen once: without --otel-propagate the client's headers are read as they are.
         self.headers_of: Callable[[Incoming], Pairs] = propagated if propagate else as_sent
         self.prefix = url.raw_path.rstrip("/")
-        self.origin = str(url.with_path("", encoded=True)).rstrip("/")
         host = f"[{url.host}]" if url.host and ":" in url.host else str(url.host)
         self.host = f"{host}:{url.port}" if url.port else host
 
@@ -75,16 +75,12 @@ class UpstreamTarget:
         request line in absolute form does not carry its origin along."""
         return self.prefix + raw_path_qs
 
-    def full(self, raw_path_qs: str) -> URL:
-        """The same target as a URL, for aiohttp's client (yarl keeps an encoded path as is)."""
-        return URL(self.origin + self.path(raw_path_qs), encoded=True)
-
 
 def target_of(settings: Settings) -> UpstreamTarget:
     """The upstream of `settings`; the span's traceparent is sent up only with
     --otel-propagate while spans are exported at all."""
     propagate = settings.otel_propagate and otel_enabled(settings, os.environ)
-    return UpstreamTarget(settings.upstream_url, propagate)
+    return UpstreamTarget(settings.upstream_url, propagate=propagate)
 
 
 def kept_headers(headers: Pairs, fixed: frozenset[str]) -> list[tuple[str, str]]:
@@ -96,31 +92,6 @@ def kept_headers(headers: Pairs, fixed: frozenset[str]) -> list[tuple[str, str]]
         if name.lower() == "connection":  # a set is built only for a Connection header
             drop = drop | {t.strip().lower() for t in value.split(",")}
     return [(k, v) for k, v in pairs if k.lower() not in drop]
-
-
-def upstream_headers(headers: Pairs, host: str) -> CIMultiDict[str]:
-    """The client's headers for aiohttp's client: minus hop-by-hop ones, with Host
-    rewritten to the upstream's, and without `Expect`.
-
-    aiohttp's server has answered `100 Continue` itself, so the body is on its way; passed
-    on, the expectation would make aiohttp's client wait for the upstream's own 100 before
-    sending it, forever from an upstream that ignores Expect (as RFC 9110 allows). Repeated
-    names take their first spelling: aiohttp's client keeps only the last of two lines whose
-    names differ in case (a name's case means nothing; losing a line does).
-    """
-    spelling: dict[str, str] = {}
-    out = CIMultiDict(
-        (spelling.setdefault(name.lower(), name), value)
-        for name, value in kept_headers(headers, NOT_UPSTREAM)
-        if name.lower() != "expect"
-    )
-    out[hdrs.HOST] = host
-    return out
-
-
-def downstream_headers(headers: CIMultiDictProxy[str]) -> CIMultiDict[str]:
-    """The upstream's reply headers for the client: minus hop-by-hop ones."""
-    return CIMultiDict(kept_headers(headers.items(), HOP_BY_HOP))
 
 
 def text(raw: bytes) -> str:
@@ -137,12 +108,11 @@ def head(first_line: str, headers: Pairs) -> bytes:
 
 
 def upstream_head(
-    method: str, target: str, headers: Pairs, host: str, body: bytes | None, streamed: bool
+    method: str, target: str, headers: Pairs, host: str, body: bytes | None, *, streamed: bool
 ) -> tuple[bytes, bool]:
-    """The request head the HTTP/1 transport sends upstream, as aiohttp's client would send
-    the same request: Host first, rewritten; the client's headers in order minus hop-by-hop
-    ones; and the body framing aiohttp's client would add, nothing else. Also whether the
-    body goes chunked.
+    """The request head sent upstream, always HTTP/1.1: Host first, rewritten; the client's
+    headers in order minus hop-by-hop ones (and `Expect`); and the body framing, nothing
+    else. Also whether the body goes chunked.
 
     The client's own `Content-Length` passes through; without one, a body that streams in is
     sent chunked, a body at hand gets its length, and a bodyless POST/PUT/... says 0.
@@ -161,43 +131,71 @@ def upstream_head(
 
 
 def response_head(
-    status: int, reason: str, headers: Pairs, method: str, keep_alive: bool
-) -> tuple[bytes, bool]:
-    """The response head aiohttp's server writes for this upstream reply through the aiohttp
-    transport (`RelayResponse`), and whether the body goes chunked.
+    status: int, reason: str, headers: Pairs, method: str, *, keep_alive: bool, version: str
+) -> tuple[bytes, bool, bool]:
+    """The client's response head for this upstream reply, and how its body is framed:
+    whether it goes chunked, and whether it ends with the connection.
 
-    The upstream's headers in their order minus hop-by-hop ones; a body without a length is
-    chunked (the client spoke HTTP/1.1: older clients go to the aiohttp transport); a reply
-    that must be empty keeps no Transfer-Encoding, nor a Content-Length on 1xx/204/304; and
-    `Connection: close` when the client asked to close. Nothing else is added.
+    The upstream's headers in their order minus hop-by-hop ones. A body without a length is
+    chunked for an HTTP/1.1 client; an HTTP/1.0 client has no chunking, so the body ends
+    where the connection closes (RFC 9112 §6.3). A reply that must be empty keeps no
+    Transfer-Encoding, nor a Content-Length on 1xx/204/304. The status line carries the
+    client's version, as Ollama's server writes it; `Connection: close` goes to an HTTP/1.1
+    client whose connection ends after it, `Connection: keep-alive` to an HTTP/1.0 one whose
+    connection stays. Nothing else is added.
     """
-    out = kept_headers(headers, HOP_BY_HOP)  # Connection too: only `close` is added back
+    out = kept_headers(headers, HOP_BY_HOP)  # Connection too: only what is kept is added back
     empty = method == "HEAD" or status in (204, 304) or status < 200
-    chunked = False
+    chunked = until_close = False
     if empty:
         if status < 200 or status in (204, 304):
             out = [(k, v) for k, v in out if k.lower() != "content-length"]
     elif not any(k.lower() == "content-length" for k, _ in out):
-        out.append((hdrs.TRANSFER_ENCODING, "chunked"))
-        chunked = True
-    if not keep_alive:
-        out.append((hdrs.CONNECTION, "close"))
-    return head(f"HTTP/1.1 {status} {reason}", out), chunked
+        if version == "1.1":
+            out.append((hdrs.TRANSFER_ENCODING, "chunked"))
+            chunked = True
+        else:
+            until_close = True
+    if version == "1.1":
+        if not keep_alive:
+            out.append((hdrs.CONNECTION, "close"))
+    elif keep_alive and not until_close:
+        out.append((hdrs.CONNECTION, "keep-alive"))
+    return head(f"HTTP/{version} {status} {reason}", out), chunked, until_close
 
 
-def error_response(status: int, body: bytes, keep_alive: bool, date: str | None = None) -> bytes:
-    """A JSON response the proxy makes itself, as bytes, with the head aiohttp's server gives
-    the same `web.Response` (Content-Type, Content-Length, Date, Server; `Connection: close`
-    when the connection ends after it). `date` defaults to now."""
-    headers = [
-        (hdrs.CONTENT_TYPE, "application/json"),
+def interim_head(status: int, reason: str, headers: Pairs) -> bytes:
+    """An interim (1xx) reply of the upstream as the client gets it: minus hop-by-hop
+    headers (an HTTP/1.1 client only; RFC 9110 §15.2 forbids them to HTTP/1.0 ones)."""
+    return head(f"HTTP/1.1 {status} {reason}", kept_headers(headers, HOP_BY_HOP))
+
+
+def error_response(
+    status: int,
+    body: bytes,
+    *,
+    keep_alive: bool,
+    version: str = "1.1",
+    date: str | None = None,
+    content_type: str | None = "application/json",
+) -> bytes:
+    """A response the proxy makes itself, as bytes, with the head aiohttp's server gives the
+    same `web.Response` (Content-Type, Content-Length, Date, Server), on the connection's
+    terms: `Connection: close` when an HTTP/1.1 connection ends after it, `keep-alive` when an
+    HTTP/1.0 one stays. `date` defaults to now; `content_type` None leaves it out (an empty
+    body)."""
+    headers = [(hdrs.CONTENT_TYPE, content_type)] if content_type is not None else []
+    headers += [
         (hdrs.CONTENT_LENGTH, str(len(body))),
         (hdrs.DATE, date or email.utils.formatdate(usegmt=True)),
         (hdrs.SERVER, SERVER_SOFTWARE),
     ]
-    if not keep_alive:
+    if version == "1.1" and not keep_alive:
         headers.append((hdrs.CONNECTION, "close"))
-    return head(f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}", headers) + body
+    elif version != "1.1" and keep_alive:
+        headers.append((hdrs.CONNECTION, "keep-alive"))
+    phrase = http.HTTPStatus(status).phrase
+    return head(f"HTTP/{version} {status} {phrase}", headers) + body
 
 
 def idle_life(keep_alive: str | None) -> float:

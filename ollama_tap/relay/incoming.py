@@ -12,7 +12,7 @@ from ollama_tap.relay.trace_ids import TraceIds
 
 
 class BodySource(Protocol):
-    """A request body as it streams in (aiohttp's StreamReader, the HTTP/1 BodyStream)."""
+    """A request body as it streams in (the HTTP/1 server's BodyStream)."""
 
     def is_eof(self) -> bool: ...
 
@@ -22,7 +22,7 @@ class BodySource(Protocol):
 
 
 class Incoming:
-    """Everything the driver reads of a request; both transports make one per request."""
+    """Everything the driver reads of a request; the HTTP/1 server makes one per request."""
 
     def __init__(
         self,

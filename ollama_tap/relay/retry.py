@@ -1,5 +1,5 @@
-"""When a request goes upstream a second time: the one rule both transports follow, and the
-streamed body a second send reads.
+"""When a request goes upstream a second time: the rule (the driver, relay/tap.py, applies it
+once; relay/bodies.py has the body a second send reads).
 
 A pooled connection the upstream closed while it sat idle (llama-server closes one after a
 streamed reply without saying so; nginx, Caddy and load balancers close idle ones; Ollama
@@ -16,13 +16,10 @@ the two apart. The rule therefore follows what a second send would cost:
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from ollama_tap.exchange import Exchange, Retry
 from ollama_tap.ollama.routes import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS, MANAGEMENT_ENDPOINTS
-from ollama_tap.relay.failures import UpstreamGone
 
 IDEMPOTENT: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 """Methods a client may send again after a connection failure (RFC 9112 §9.3.1)."""
@@ -37,7 +34,7 @@ def may_resend(method: str, endpoint: str) -> bool:
     return method in IDEMPOTENT or endpoint in RESENDABLE_ENDPOINTS
 
 
-def retry_reason(ex: Exchange, reused: bool, replied: bool, reset: bool) -> Retry | None:
+def retry_reason(ex: Exchange, *, reused: bool, replied: bool, reset: bool) -> Retry | None:
     """Why the request of `ex`, whose connection ended before its reply was complete, may be
     sent once more on a fresh connection; None when it must not be.
 
@@ -50,56 +47,3 @@ def retry_reason(ex: Exchange, reused: bool, replied: bool, reset: bool) -> Retr
     if not may_resend(ex.method, ex.endpoint):
         return None
     return Retry.RESET if reset else Retry.CLOSED
-
-
-class Upload:
-    """A streamed request body as one send reads it: on a second send, the bytes the first
-    one took go first, then the rest as it streams in.
-
-    A send that failed may still be inside a read of the body (aiohttp's writer is
-    cancelled, not awaited): `settled` waits for it to leave, so that the piece it takes is
-    teed before the second send is built, and it reads nothing from then on.
-    """
-
-    def __init__(self, body: AsyncIterator[bytes], first: bytes = b"") -> None:
-        self.body = body
-        self.first = first
-        self.reading = False
-        self.retired = False
-        self._left: asyncio.Future[None] | None = None
-
-    def __aiter__(self) -> Upload:
-        return self
-
-    async def __anext__(self) -> bytes:
-        if self.retired:
-            raise UpstreamGone("the request is being sent again on another connection")
-        if self.first:
-            first, self.first = self.first, b""
-            return first
-        self.reading = True
-        try:
-            return await self.body.__anext__()
-        finally:
-            self.reading = False
-            if self._left is not None and not self._left.done():
-                self._left.set_result(None)
-
-    async def settled(self) -> None:
-        """Retire this view of the body, once no read of it is under way."""
-        self.retired = True
-        if self.reading:
-            self._left = asyncio.get_running_loop().create_future()
-            await self._left
-
-
-async def held_for_resend(
-    upload: Upload | None, sent_so_far: Callable[[], bytes | None]
-) -> bytes | None:
-    """What a second send writes before the rest of a streamed body: nothing for a body read
-    whole (resent from memory), the upload's bytes so far once the failed send has left it
-    (`Upload.settled`), or None when they are not all at hand and no second send is made."""
-    if upload is None:
-        return b""
-    await upload.settled()
-    return sent_so_far()

@@ -1,56 +1,90 @@
-"""The exchange driver both transports hold: Tap, one per app, and Tapped, one per exchange.
+"""The exchange driver: Tap, one per app, runs each exchange from its request to its end.
 
-A transport moves the bytes; it makes a `Tapped` for each request and calls it at each step
-(request body teed, reply head, body pieces written, end). `Tapped` fills the Exchange and
-fires the hooks, so every transport gives observers the same contract (ollama_tap/hooks.py).
+The transport (http1/relay.py) moves the bytes and reports what happened: the reply was
+relayed to its end, the client left, the upstream cut the reply, no reply came. The driver
+alone decides the outcome, whether the request goes upstream once more (relay/retry.py's
+rule), and when the exchange's stages advance (tapped.py), so the hooks keep one contract
+(ollama_tap/hooks.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import enum
 from collections.abc import AsyncIterator
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Protocol
 
 import structlog
-from aiohttp import hdrs
-from multidict import CIMultiDictProxy
 
-from ollama_tap import ollama
 from ollama_tap.config import Settings
-from ollama_tap.credentials import redacted_path
-from ollama_tap.exchange import Exchange, Outcome, OutputChunk
+from ollama_tap.exchange import Outcome
 from ollama_tap.hooks import Hooks
-from ollama_tap.relay import trace_context
-from ollama_tap.relay.failures import INTERNAL_ERROR, ClientGone
+from ollama_tap.relay.bodies import Upload, held_for_resend
+from ollama_tap.relay.failures import INTERNAL_ERROR, ClientGone, UpstreamGone, no_reply
 from ollama_tap.relay.headers import target_of
-from ollama_tap.relay.incoming import BodySource, Incoming
+from ollama_tap.relay.incoming import Incoming
+from ollama_tap.relay.retry import retry_reason
+from ollama_tap.relay.tapped import Stage, Tapped
 
 log = structlog.get_logger("ollama_tap.relay")
 
-R = TypeVar("R", covariant=True)
 
-REST_OF_BODY_SECONDS: Final = 10.0
-"""How long the rest of an upload that the upstream answered before it ended is read, for
-the record, before the exchange ends without it (aiohttp's lingering time)."""
+class Fact(enum.Enum):
+    """What the transport reports of how the reply went; the driver makes it an outcome."""
+
+    REPLY_DONE = "reply_done"
+    """The reply was relayed to its end (`Report.at`: its last write)."""
+    CLIENT_LEFT = "client_left"
+    """The client went away before the reply's end."""
+    UPSTREAM_CUT = "upstream_cut"
+    """The upstream cut its reply (`Report.error`)."""
+    UNREACHABLE = "unreachable"
+    """No reply came, after the one second send if it was made (`Report.error`)."""
 
 
-class Relay(Protocol[R]):
-    """What a transport's per-exchange relay offers the driver; `R` is what its server
-    wants back from a handler."""
+class Report:
+    """A `Fact`, with when the reply's last byte was written or what went wrong."""
+
+    def __init__(self, fact: Fact, *, at: float = 0.0, error: BaseException | None = None) -> None:
+        self.fact, self.at, self.error = fact, at, error
+
+
+class Transport(Protocol):
+    """What the driver asks of the transport for one exchange (`http1.relay.Http1Relay`)."""
 
     tapped: Tapped
+    upload_failed: bool
+    """A streamed upload failed on the client's side (a request never sent again)."""
 
-    async def run(self) -> R: ...
+    async def send(self, body: bytes | None, upload: Upload | None) -> None:
+        """Send the request once (or adopt the send made on arrival) and wait for the
+        reply's head; raises when none comes."""
+        ...
 
-    # Whether the client has been sent a response head (an error can only cut it).
-    def reply_started(self) -> bool: ...
+    async def drop_attempt(self) -> None:
+        """Let go of a send that failed: its reply, its upload (once it has stopped)."""
+        ...
+
+    async def relay_reply(self) -> Report:
+        """Relay the reply whose head came to its end, and say how that went."""
+        ...
+
+    def client_gone(self) -> bool: ...
+
+    def head_sent(self) -> bool:
+        """Whether the client has a response head (an error can then only cut it)."""
+        ...
 
     def abort_client(self) -> None: ...
 
-    def finish(self, outcome: Outcome, at: float | None = None) -> None: ...
+    def answer(self, status: int, body: bytes) -> None:
+        """Write a response the proxy made (if the client is there to take it)."""
+        ...
 
-    async def proxy_error(self, status: int, message: str, outcome: Outcome) -> R: ...
+    def release(self) -> None:
+        """The exchange settles: a head that came but never went out is told to the
+        Exchange, and the upstream is closed unless its reply ended clean."""
+        ...
 
 
 class Tap:
@@ -64,7 +98,11 @@ class Tap:
         """Set when shutdown begins: an exchange cancelled from then on ends as `shutdown`."""
         self._in_flight: set[asyncio.Task[Any]] = set()
 
-    async def drive(self, relay: Relay[R]) -> R:
+    def exchange(self, incoming: Incoming) -> Tapped:
+        """A new exchange for a request the transport parsed."""
+        return Tapped(self.settings, self.hooks, self.target, incoming)
+
+    async def drive(self, relay: Transport) -> None:
         """Run one exchange to its end; whatever happens, it ends once with an outcome."""
         task = asyncio.current_task()
         if task is not None:
@@ -72,37 +110,114 @@ class Tap:
             task.add_done_callback(self._in_flight.discard)
         tapped = relay.tapped
         try:
-            result = await self._run(relay)
-            await tapped.settle()
-            return result
+            await self._run(relay)
+            await tapped.finish()
         finally:
-            tapped.end()  # cancelled, or failed, while the rest of its upload was awaited
+            if tapped.stage < Stage.SETTLED:  # a bug in the driver itself: still one end
+                log.error("exchange_unsettled", id=tapped.ex.id, stage=tapped.stage.name)
+                tapped.settle(Outcome.PROXY_ERROR)
+            # Cancelled or failed while the rest of its upload was read: ends without it.
+            tapped.end()
 
-    async def _run(self, relay: Relay[R]) -> R:
+    async def _run(self, relay: Transport) -> None:
+        tapped = relay.tapped
         try:
-            return await relay.run()
+            report = await self._exchange(relay)
         except asyncio.CancelledError:
-            # The client left (aiohttp and the HTTP/1 front cancel its task) or the proxy
-            # is stopping.
+            # The client left (the front cancels its task) or the proxy is stopping.
             gone = Outcome.SHUTDOWN if self.shutting_down else Outcome.CLIENT_DISCONNECTED
-            relay.finish(*relay.tapped.left(gone))
+            self._settle(relay, *tapped.left(gone))
             raise
         except ClientGone as exc:
             # The request broke off on the client's side (it left, or its body's framing
             # did not parse; the transport logged which): the client's doing, not a bug.
-            ex = relay.tapped.ex
+            ex = tapped.ex
             log.info("client_request_broken", id=ex.id, path=ex.path, error=str(exc))
             relay.abort_client()
-            relay.finish(Outcome.CLIENT_DISCONNECTED)
+            self._settle(relay, Outcome.CLIENT_DISCONNECTED)
             raise
         except Exception:
-            ex = relay.tapped.ex
+            ex = tapped.ex
             log.exception("relay_failed", id=ex.id, path=ex.path)
-            if relay.reply_started():
+            if relay.head_sent():
                 relay.abort_client()
-                relay.finish(Outcome.PROXY_ERROR)
+                self._settle(relay, Outcome.PROXY_ERROR)
                 raise
-            return await relay.proxy_error(500, INTERNAL_ERROR, Outcome.PROXY_ERROR)
+            relay.answer(500, tapped.proxy_error(500, INTERNAL_ERROR))
+            self._settle(relay, Outcome.PROXY_ERROR)
+            return
+        await self._conclude(relay, report)
+
+    async def _exchange(self, relay: Transport) -> Report:
+        """Send the request (once more if the rule allows), relay the reply."""
+        data = await relay.tapped.upload()
+        try:
+            await self._send(relay, data)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            return Report(Fact.UNREACHABLE, error=exc)
+        return await relay.relay_reply()
+
+    async def _send(self, relay: Transport, data: bytes | AsyncIterator[bytes] | None) -> None:
+        """Send the request; once more, on a fresh connection, when a reused one died
+        before any byte of the reply and relay/retry.py's rule allows it: a client still
+        there, an upload that failed on the upstream's side only, and every body byte sent
+        so far at hand."""
+        tapped = relay.tapped
+        body = data if isinstance(data, bytes) else None
+        upload = Upload(data) if data is not None and not isinstance(data, bytes) else None
+        while True:
+            try:
+                await relay.send(body, upload)
+                return
+            except UpstreamGone as gone:
+                ex = tapped.ex
+                reason = retry_reason(
+                    ex, reused=gone.reused, replied=not gone.unanswered, reset=gone.reset
+                )
+                if reason is None or relay.client_gone() or relay.upload_failed:
+                    raise
+                await relay.drop_attempt()
+                resend = await held_for_resend(upload, tapped.sent_so_far)
+                if resend is None:
+                    raise
+                ex.retried = reason
+                log.debug("resent", id=ex.id, path=ex.path, reason=str(reason))
+                if upload is not None:
+                    upload = Upload(upload.body, resend)
+
+    async def _conclude(self, relay: Transport, report: Report) -> None:
+        """The outcome of what the transport reported."""
+        tapped, fact = relay.tapped, report.fact
+        if fact is Fact.REPLY_DONE:
+            # The duration ends with the last write, not after the reader's parse of a
+            # single reply (up to the tee limit: a large embedding).
+            tapped.close_reader(report.at)
+            self._settle(relay, tapped.reply_outcome(), report.at)
+        elif fact is Fact.CLIENT_LEFT:
+            self._settle(relay, *tapped.left(Outcome.CLIENT_DISCONNECTED))
+        elif fact is Fact.UPSTREAM_CUT:
+            relay.abort_client()  # cut as the upstream cut it: the client sees what it would
+            assert report.error is not None
+            self._settle(relay, tapped.cut(report.error))
+        elif relay.client_gone():
+            self._settle(relay, Outcome.CLIENT_DISCONNECTED)
+        else:
+            error = report.error
+            assert error is not None
+            status, message = no_reply(
+                self.target.url, error, broken_off=isinstance(error, UpstreamGone)
+            )
+            # Before the reply, which most clients take as the end of their upload: the
+            # record keeps what the request said (the upload stopped first: one reader).
+            relay.release()
+            await tapped.read_rest()
+            relay.answer(status, tapped.proxy_error(status, message))
+            self._settle(relay, Outcome.UPSTREAM_UNREACHABLE)
+
+    @staticmethod
+    def _settle(relay: Transport, outcome: Outcome, at: float | None = None) -> None:
+        relay.release()
+        relay.tapped.settle(outcome, at)
 
     def in_flight(self) -> int:
         return len(self._in_flight)
@@ -119,281 +234,3 @@ class Tap:
         self.shutting_down = True
         for task in list(self._in_flight):
             task.cancel()
-
-
-class Tapped:
-    """The per-exchange half: the Exchange, the request body's tee, the reply's reader, and
-    the hooks fired at each step, each once."""
-
-    def __init__(self, tap: Tap, incoming: Incoming) -> None:
-        self.hooks = tap.hooks
-        self.body_tee_limit = tap.settings.body_tee_limit
-        self.reply_tee_limit = tap.settings.reply_tee_limit
-        url = incoming.rel_url
-        arrived = incoming.arrived
-        ex = self.ex = Exchange(
-            method=incoming.method,
-            path=redacted_path(url.path),  # as recorded and logged
-            query=url.query_string,
-            endpoint=ollama.endpoint_of(url.raw_path),
-            client=incoming.remote,
-            request_headers=dict(incoming.headers),
-            started=arrived,
-            started_wall=time.time() - (time.monotonic() - arrived),
-        )
-        if tap.target.propagates:
-            ex.propagated = trace_context.ids_of(incoming)
-        self.tee = ollama.tees_request_body(
-            ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
-        )
-        self.tee_buf: bytearray | None = bytearray() if self.tee else None
-        self.content = incoming.content
-        self.has_body = incoming.has_body
-        self.reader: ollama.Reader | None = None
-        self.last_write: float | None = None
-        """When the last body piece was written to the client."""
-        self.streaming: TeedBody | None = None
-        """The body as it streams in, when it did not come whole with the head."""
-        self.request_fired = False
-        self.ended = False
-        """`finish` was called: how the exchange ended is known (`settled`)."""
-        self.settled: tuple[Outcome, float] | None = None
-        self.told = False
-        """The end hook fired (`end`)."""
-
-    # -- the request --------------------------------------------------------------------
-
-    async def upload(self) -> bytes | AsyncIterator[bytes] | None:
-        """What to send upstream: nothing, the body at hand, or the body as it streams in.
-
-        A body that arrived whole with the request head (every small JSON request) goes in
-        one write: nothing is held back. The `request` hook fires when a streamed body ends;
-        for the other two the transport fires it once the request is on its way
-        (`fire_request`), so parsing and observers do not delay it.
-        """
-        content = self.content
-        if not self.has_body:
-            return None
-        if content.is_eof():
-            data = await content.read()
-            self.tee_piece(data)
-            return data
-        self.streaming = TeedBody(self, content)
-        return self.streaming
-
-    def tee_piece(self, data: bytes) -> None:
-        self.ex.request_bytes += len(data)
-        if self.tee_buf is not None:
-            if len(self.tee_buf) + len(data) <= self.body_tee_limit:
-                self.tee_buf += data
-            else:
-                self.tee_buf = None
-
-    def sent_so_far(self) -> bytes | None:
-        """Every request-body byte read so far, if the tee still holds them all: what a
-        second send must write again (relay/retry.py); None when they are not at hand."""
-        ex = self.ex
-        if not ex.request_bytes:
-            return b""
-        held = bytes(self.tee_buf) if self.tee_buf is not None else ex.request_body
-        return held if held is not None and len(held) == ex.request_bytes else None
-
-    def fire_request(self) -> None:
-        """Parse the teed body and fire the request hook (once)."""
-        if self.request_fired:
-            return
-        self.request_fired = True
-        self.parse_body()
-        self.hooks.request(self.ex)
-
-    def parse_body(self) -> None:
-        """Fill the Exchange's request fields from the teed body. A body still streaming in
-        (the upstream answered first) keeps being teed, and is parsed again at its end or
-        at the exchange's (`body_ended`, `end`): the record gets what arrived."""
-        if not self.tee:
-            return
-        ex, buf = self.ex, self.tee_buf
-        body = bytes(buf) if buf is not None else b""
-        ex.request_body = body if buf is not None else None
-        ex.request = ollama.parse_request_fields(body, buf is None)
-        if not self.body_open():
-            self.tee_buf = None  # the Exchange holds the one copy from here on
-
-    def body_open(self) -> bool:
-        """Whether the request body is still streaming in."""
-        return self.streaming is not None and not self.streaming.done
-
-    def body_ended(self) -> None:
-        if self.request_fired:
-            self.parse_body()  # the reply came first: now the fields of the whole body
-        else:
-            self.fire_request()
-
-    # -- the reply ----------------------------------------------------------------------
-
-    def reply_head(
-        self, status: int, headers: CIMultiDictProxy[str], arrived: float | None = None
-    ) -> None:
-        """Fill the Exchange from the reply's head (which arrived at `arrived`, or now) and
-        choose the reader for its body. The hooks hear of it in `announce`."""
-        ex = self.ex
-        ex.response_started = arrived or time.monotonic()
-        ex.status = status
-        ex.response_headers = dict(headers)
-        ex.content_type = headers.get(hdrs.CONTENT_TYPE, "")
-        ex.streamed = ollama.is_streamed(ex.content_type)
-        self.reader = ollama.reader_for(ex, self.reply_tee_limit)
-
-    def announce(self) -> None:
-        """Fire `request` (if the request side has not yet) and `response_headers`."""
-        self.fire_request()
-        self.hooks.response_headers(self.ex)
-
-    def read_piece(self, data: bytes, at: float) -> None:
-        """Bytes written to the client at `at`: count them and let the reader see them."""
-        self.ex.response_bytes += len(data)
-        self.last_write = at
-        raw = self.ex.raw_reply  # kept for the recorder in full mode, else None
-        if raw is not None and not raw.add(data, at):
-            self.ex.raw_reply = None  # over its limit: the rest of the reply costs nothing
-        reader = self.reader
-        if reader is not None:
-            self.outputs(reader.feed(data, at))
-
-    def close_reader(self, at: float) -> None:
-        """Let the reader finish at EOF. A large single reply is parsed right here: orjson
-        holds the GIL, so a thread would stall the loop all the same, and awaiting it would
-        open a window for a cancellation between the last byte and the exchange's end."""
-        if self.reader is not None:
-            self.outputs(self.reader.close(at))
-
-    def outputs(self, pieces: list[OutputChunk]) -> None:
-        if pieces:
-            self.ex.note_outputs(pieces)
-            if self.hooks.wants_chunks:
-                self.hooks.chunks(self.ex, pieces)
-
-    def outcome(self) -> Outcome:
-        """How the reply that was relayed to its end ended."""
-        return ollama.outcome_of(self.ex, self.reader)
-
-    def answered(self) -> bool:
-        """Whether the client has its whole answer before the reply's end: a stream whose
-        final object or terminal event (or an error line) was relayed. Any other reply,
-        a single JSON one included, is whole only at its end."""
-        reader = self.reader
-        return reader is not None and self.ex.streamed and (reader.complete or reader.errored)
-
-    def cut(self, cut: BaseException) -> Outcome:
-        """The upstream cut its reply (the transport cut the client's the same way): let the
-        reader finish; the outcome to end with."""
-        self.ex.error_message = self.ex.error_message or f"upstream cut the reply: {cut!r}"
-        self.close_reader(time.monotonic())
-        # `incomplete` is a stream without its end; one cut after it ends as it says.
-        return self.outcome() if self.answered() else Outcome.INCOMPLETE
-
-    def left(self, otherwise: Outcome) -> tuple[Outcome, float | None]:
-        """How an exchange ends whose client went away (or that the proxy stopped) before
-        the reply's end, and when: a stream the client had whole (many clients close at
-        `done:true` or `[DONE]`, before the upstream's end of body) as it says, at its last
-        write; any other as `otherwise`, now."""
-        if self.answered():
-            return self.outcome(), self.last_write
-        return otherwise, None
-
-    def proxy_error(self, status: int, message: str) -> bytes:
-        """The body of a response the proxy makes itself, in the route family's error shape;
-        the Exchange records it. The transport sends it, then ends the exchange."""
-        self.fire_request()
-        ex = self.ex
-        ex.status, ex.error_message = status, message
-        body = ollama.error_body(ollama.family_of(ex.endpoint), status, message)
-        ex.response_bytes = len(body)
-        log.warning("upstream_failed", id=ex.id, path=ex.path, status=status, error=message)
-        return body
-
-    def finish(self, outcome: Outcome, at: float | None = None) -> None:
-        """Settle how the exchange ended, once (`at`, when its last byte was written; else
-        now), and end it: at once, unless the upstream answered before the request body
-        ended, whose rest is then read for the record first (`settle`)."""
-        if self.ended:
-            return
-        self.ended = True
-        self.settled = (outcome, at or time.monotonic())
-        if not self.awaits_body():
-            self.end()
-
-    def awaits_body(self) -> bool:
-        """Whether the exchange waits for the rest of a request body it tees."""
-        return self.body_open() and self.tee_buf is not None and not self.told
-
-    async def settle(self) -> None:
-        """Read the rest of a body the upstream answered before it ended (teed, not sent),
-        then end the exchange. The client's reply is out: only the exchange's end waits."""
-        if self.settled is not None and self.awaits_body():
-            await self.read_rest()
-        self.end()
-
-    async def read_rest(self) -> None:
-        """Read (and tee) the rest of a body still streaming in, for the record (its model
-        above all), for at most REST_OF_BODY_SECONDS and up to the tee limit."""
-        body = self.streaming
-        if body is None or not self.body_open() or self.tee_buf is None:
-            return
-        try:
-            async with asyncio.timeout(REST_OF_BODY_SECONDS):
-                await body.rest()
-        except Exception as exc:  # the client stopped sending, or went: keep what came
-            log.debug("upload_rest_unread", id=self.ex.id, error=repr(exc))
-
-    def end(self) -> None:
-        """Fire `response` or `error` for an exchange that settled, once."""
-        if self.told or self.settled is None:
-            return
-        self.told = True
-        if self.tee_buf is not None and self.request_fired:
-            self.parse_body()  # the rest of an early-answered upload came since
-        self.fire_request()
-        self.ex.outcome, self.ex.ended = self.settled
-        self.hooks.end(self.ex)
-
-
-class TeedBody:
-    """A request body as it streams in, teed on its way; the `request` hook fires at its
-    end. An iterator rather than an async generator (see docs/architecture.md, mypyc)."""
-
-    def __init__(self, tapped: Tapped, content: BodySource) -> None:
-        self.tapped = tapped
-        self.pieces = content.iter_any().__aiter__()
-        self.done = False
-        self.pulling = False
-        """A read of the source is under way (a body source takes one reader at a time)."""
-        self._unwound: asyncio.Future[None] | None = None
-
-    def __aiter__(self) -> TeedBody:
-        return self
-
-    async def __anext__(self) -> bytes:
-        self.pulling = True
-        try:
-            data = await self.pieces.__anext__()
-        except StopAsyncIteration:
-            self.done = True
-            self.tapped.body_ended()
-            raise
-        finally:
-            self.pulling = False
-            if self._unwound is not None and not self._unwound.done():
-                self._unwound.set_result(None)
-        self.tapped.tee_piece(data)
-        return data
-
-    async def rest(self) -> None:
-        """Read (and tee) what is left, once the upload that read it has stopped; until the
-        end or the tee limit."""
-        if self.pulling:  # the upload's read, cancelled, unwinds on the loop's next turns
-            self._unwound = asyncio.get_running_loop().create_future()
-            await self._unwound
-        async for _ in self:
-            if self.tapped.tee_buf is None:
-                return

@@ -96,9 +96,8 @@ async def test_lines_of_several_megabytes(scripted: tuple[ScriptedUpstream, Prox
         assert await r.read() == big + final
 
 
-@pytest.mark.parametrize("relay", ["fast", "aiohttp"])
 async def test_a_line_past_the_cap_is_relayed_whole_but_never_held_whole(
-    aiohttp_server: Callable[..., Awaitable[TestServer]], proxy_factory: MakeProxy, relay: str
+    aiohttp_server: Callable[..., Awaitable[TestServer]], proxy_factory: MakeProxy
 ) -> None:
     """A 24 MiB reply line reaches the client byte for byte; the reader gives it up at its
     cap (MAX_LINE, 8 MiB) instead of holding it, and copying it, whole."""
@@ -106,7 +105,7 @@ async def test_a_line_past_the_cap_is_relayed_whole_but_never_held_whole(
     server = await aiohttp_server(up.app())
     ends = Spy()
     url = str(server.make_url("")).rstrip("/")
-    proxy = await proxy_factory(upstream=url, relay=relay, observers=(ends,))
+    proxy = await proxy_factory(upstream=url, observers=(ends,))
     big = b'{"model":"m","response":"' + b"x" * (24 << 20) + b'","done":false}\n'
     final = b'{"model":"m","done":true,"eval_count":1}\n'
     up.pieces = [big[i : i + 65536] for i in range(0, len(big), 65536)] + [final]

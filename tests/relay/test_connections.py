@@ -11,7 +11,7 @@ import pytest
 from yarl import URL
 
 from ollama_tap.exchange import Outcome
-from ollama_tap.relay.http1 import clients
+from ollama_tap.relay.http1 import clients, request
 from tests.conftest import MakeProxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.serve_process import serve
@@ -44,12 +44,11 @@ async def test_serve_raises_the_soft_limit_on_open_files(
 async def test_idle_connections_past_the_cap_make_room_for_new_clients(
     fake_ollama: FakeOllama, tmp_path: Path
 ) -> None:
-    """With 256 descriptors, 300 clients that got their answer and keep their connection
-    open (half of them handed to aiohttp's server, as /_tap/ requests are): the longest
-    idle are closed, and a new client is served. The cap is the HTTP/1 server's: with
-    `--relay aiohttp` (a debugging setting) only aiohttp's idle cut applies."""
+    """With 256 descriptors, 300 clients that got their answer and would keep their
+    connection open: the longest idle are closed, and a new client is served. (Half of
+    them asked for /_tap/, whose connection closes with its answer.)"""
     db = tmp_path / "r.db"
-    proc, url = await serve(fake_ollama.url, db, "--relay", "fast", nofile=(256, 256))
+    proc, url = await serve(fake_ollama.url, db, nofile=(256, 256))
     port = URL(url).port
     held = []
     try:
@@ -61,7 +60,7 @@ async def test_idle_connections_past_the_cap_make_room_for_new_clients(
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(get("/api/version"))
         assert (await asyncio.wait_for(read_response(reader), 10))[0] == "HTTP/1.1 200 OK"
-        for older in (0, 1):  # aiohttp's and the front's: the oldest of each went
+        for older in (0, 1):  # /_tap/'s closed with its answer; the front's oldest went
             assert await asyncio.wait_for(held[older][0].read(), 5) == b""
         with pytest.raises(TimeoutError):  # the newest stay
             await asyncio.wait_for(held[-1][0].read(1), 0.2)
@@ -73,22 +72,18 @@ async def test_idle_connections_past_the_cap_make_room_for_new_clients(
 
 
 @pytest.mark.interpreted
-@pytest.mark.parametrize(
-    ("relay", "first"),
-    [("fast", b""), ("fast", get("/_tap/healthz")), ("aiohttp", b"")],
-    ids=["front", "handed-off", "aiohttp"],
-)
-async def test_a_dripped_head_is_cut_on_every_path(
-    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch, relay: str, first: bytes
+@pytest.mark.parametrize("first", [b"", get("/api/version")], ids=["fresh", "after-a-request"])
+async def test_a_dripped_head_is_cut(
+    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch, first: bytes
 ) -> None:
     """A head sent a byte at a time is cut KEEPALIVE_SECONDS after the connection went
-    idle, by the front and by aiohttp's server alike (whose own default is an hour)."""
+    idle, on a fresh connection as on one kept alive."""
     monkeypatch.setattr(clients, "KEEPALIVE_SECONDS", 1.0)
-    proxy = await proxy_factory(relay=relay)
+    proxy = await proxy_factory()
     reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
     if first:
         writer.write(first)
-        await read_response(reader)  # the connection is aiohttp's from here
+        await read_response(reader)
     loop = asyncio.get_running_loop()
     began = loop.time()
     closed = asyncio.ensure_future(reader.read())
@@ -108,14 +103,15 @@ async def test_a_dripped_head_is_cut_on_every_path(
     [b"Content-Length: 100\r\n\r\n0123456789", b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"],
     ids=["stalled-body", "stalled-chunk"],
 )
-async def test_a_stalled_body_after_the_hand_off_is_cut(
+async def test_a_stalled_body_is_cut(
     proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch, body: bytes
 ) -> None:
-    """Handed to aiohttp (Expect), a body that stops coming: the connection is cut and
-    the exchange ends as the client's doing, instead of holding two sockets for ever."""
-    monkeypatch.setattr(clients, "KEEPALIVE_SECONDS", 1.0)
+    """A body that stops coming (after the proxy met `Expect: 100-continue`): the
+    connection is cut and the exchange ends as the client's doing, instead of holding two
+    sockets for ever."""
+    monkeypatch.setattr(request, "STALL_SECONDS", 1.0)
     ends = Spy()
-    proxy = await proxy_factory(relay="fast", observers=(ends,))
+    proxy = await proxy_factory(observers=(ends,))
     reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
     head = b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
     writer.write(head + body)
@@ -128,14 +124,13 @@ async def test_a_stalled_body_after_the_hand_off_is_cut(
 
 
 @pytest.mark.interpreted
-async def test_a_trailer_aiohttp_cannot_parse_does_not_hold_the_exchange(
-    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
+async def test_a_trailer_that_does_not_parse_does_not_hold_the_exchange(
+    proxy_factory: MakeProxy,
 ) -> None:
-    """aiohttp's parser, refusing a trailer after the handler began, never tells the
-    body's reader: the read timeout ends the exchange."""
-    monkeypatch.setattr(clients, "KEEPALIVE_SECONDS", 1.0)
+    """A trailer llhttp refuses after the exchange began cuts the connection, and the
+    exchange ends as the client's doing."""
     ends = Spy()
-    proxy = await proxy_factory(relay="aiohttp", observers=(ends,))
+    proxy = await proxy_factory(observers=(ends,))
     reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
     writer.write(
         b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -160,7 +160,7 @@ async def test_a_request_sent_on_arrival_is_recorded_and_stopped_when_its_client
     exchange recorded (`client_disconnected`), and Ollama's connection is closed."""
     up, url = slow_upstream
     spy = Spy()
-    proxy = await proxy_factory(upstream=url, relay="fast", observers=(spy,))
+    proxy = await proxy_factory(upstream=url, observers=(spy,))
     async with aiohttp.ClientSession() as s:  # leaves an idle upstream connection
         async with s.post(proxy.url + "/api/generate", json={"lines": 1}) as resp:
             await resp.read()

@@ -20,7 +20,7 @@ import pytest
 from ollama_tap.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
 from tests.support.records import records
-from tests.support.relaying import RELAYS, RawHandler, read_head
+from tests.support.relaying import RawHandler, read_head
 from tests.support.spy import Spy
 
 BODY: Final = b'{"model":"early-model","prompt":"' + b"x" * 2000 + b'"}'
@@ -71,21 +71,19 @@ async def _reply(reader: asyncio.StreamReader) -> bytes:
     return head + await reader.readexactly(length)
 
 
-@pytest.mark.parametrize(("relay", "first"), [("aiohttp", 100), ("fast", 100), ("fast", 0)])
+@pytest.mark.parametrize("first", [100, 0])
 @pytest.mark.parametrize("kind", sorted(REPLIES))
 async def test_a_reply_before_the_body_keeps_the_body_and_model(
-    relay: str,
     first: int,
     kind: str,
     raw_upstream: Callable[[RawHandler], Awaitable[str]],
     proxy_factory: MakeProxy,
 ) -> None:
-    """The client sends the head and `first` bytes of the body, the rest once it has the
-    reply. (aiohttp's client sends a request head with the body's first bytes: with
-    nothing of the body, its upstream sees no request to answer.)"""
+    """The client sends the head and `first` bytes of the body (or none: the request goes
+    upstream on its head), the rest once it has the reply."""
     spy = Spy()
     url = await raw_upstream(answer_at_once(REPLIES[kind]))
-    proxy = await proxy_factory(upstream=url, relay=relay, observers=(spy,))
+    proxy = await proxy_factory(upstream=url, observers=(spy,))
     reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
     writer.write(
         b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -106,9 +104,8 @@ async def test_a_reply_before_the_body_keeps_the_body_and_model(
     writer.close()
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 async def test_ollama_client_against_an_upstream_that_answers_at_once(
-    relay: str, raw_upstream: Callable[[RawHandler], Awaitable[str]], proxy_factory: MakeProxy
+    raw_upstream: Callable[[RawHandler], Awaitable[str]], proxy_factory: MakeProxy
 ) -> None:
     # httpx writes the head and the body apart: the reply can come in between.
     reply = b'{"embedding":[0.5]}'
@@ -117,7 +114,7 @@ async def test_ollama_client_against_an_upstream_that_answers_at_once(
         % (len(reply), reply)
     ))  # fmt: skip
     spy = Spy()
-    proxy = await proxy_factory(upstream=url, relay=relay, observers=(spy,))
+    proxy = await proxy_factory(upstream=url, observers=(spy,))
     client = ollama.Client(host=proxy.url)
     for _ in range(5):
         embedded = await asyncio.to_thread(client.embeddings, "all-minilm", "a")
@@ -132,13 +129,12 @@ def _dead_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 async def test_an_expect_continue_upload_to_a_dead_upstream_is_recorded(
-    relay: str, proxy_factory: MakeProxy
+    proxy_factory: MakeProxy,
 ) -> None:
     spy = Spy()
     proxy: Proxy = await proxy_factory(
-        upstream=f"http://127.0.0.1:{_dead_port()}", relay=relay, observers=(spy,)
+        upstream=f"http://127.0.0.1:{_dead_port()}", observers=(spy,)
     )
     reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
     writer.write(

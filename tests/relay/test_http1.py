@@ -22,12 +22,12 @@ from aiohttp.test_utils import TestServer
 
 from ollama_tap.exchange import Exchange, Outcome
 from ollama_tap.relay import FRONT
-from ollama_tap.relay.aiohttp_relay import AiohttpRelay
 from ollama_tap.relay.http1.pool import UpstreamConnection
 from ollama_tap.relay.http1.relay import Http1Relay
 from ollama_tap.relay.http1.reply import Reply
 from ollama_tap.relay.http1.server import FrontConnection
-from ollama_tap.relay.tap import Relay, Tap, Tapped
+from ollama_tap.relay.tap import Tap, Transport
+from ollama_tap.relay.tapped import Tapped
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.relaying import (
@@ -55,7 +55,7 @@ async def test_connections_are_reused_one_request_at_a_time(
             else:
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
 
-    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve))
+    proxy = await proxy_factory(upstream=await raw_upstream(serve))
     async with aiohttp.ClientSession(headers=MARK) as s:
         for method in ["GET", "HEAD", "GET", "HEAD", "GET"] * 4:
             async with s.request(method, proxy.url + "/x") as resp:
@@ -64,17 +64,37 @@ async def test_connections_are_reused_one_request_at_a_time(
     assert len(peers) == 1, "every request should have reused the one idle connection"
 
 
-async def test_interim_replies_are_skipped(
-    proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+async def test_interim_replies_reach_an_http_1_1_client_but_a_stray_100(
+    version: str, proxy_factory: MakeProxy, raw_upstream: Callable[[RawHandler], Awaitable[str]]
 ) -> None:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_head(reader)
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    """103 Early Hints and 102 Processing are passed on, before the final head, minus
+    hop-by-hop headers; a 100 nobody asked the upstream for is not; an HTTP/1.0 client gets
+    none (RFC 9110 §15.2)."""
 
-    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve))
-    async with aiohttp.ClientSession() as s, s.get(proxy.url + "/api/version") as resp:
-        assert (resp.status, await resp.read()) == (200, b"ok")
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await read_head(reader):
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            writer.write(b"HTTP/1.1 102 Processing\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the proxy relays each as it comes
+            writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: x\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    proxy = await proxy_factory(upstream=await raw_upstream(serve))
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(f"GET /api/version HTTP/{version}\r\nHost: localhost\r\n\r\n".encode())
+    heads = []
+    while not heads or b" 200 " not in heads[-1]:
+        heads.append(await asyncio.wait_for(read_head(reader), 5))
+    assert await reader.readexactly(2) == b"ok"
+    writer.close()
+    interims = [
+        b"HTTP/1.1 102 Processing\r\n\r\n",
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+    ]
+    assert heads[:-1] == (interims if version == "1.1" else [])
+    assert heads[-1].startswith(f"HTTP/{version} 200 OK".encode())
 
 
 # -- an https upstream ------------------------------------------------------------------------
@@ -113,9 +133,9 @@ async def test_an_https_upstream_is_verified_and_relayed(
     tls_upstream: tuple[str, Path], proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, cert = tls_upstream
-    untrusted = await proxy_factory(relay="fast", upstream=url)
+    untrusted = await proxy_factory(upstream=url)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # read when the pool's context is made
-    trusted = await proxy_factory(relay="fast", upstream=url)
+    trusted = await proxy_factory(upstream=url)
     async with aiohttp.ClientSession() as s:
         async with s.post(untrusted.url + "/api/generate", json={"model": "m"}) as resp:
             assert resp.status == 502
@@ -144,7 +164,7 @@ async def test_a_reason_phrase_split_across_reads_is_kept_whole(
             await writer.drain()
             await asyncio.sleep(0.05)
 
-    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve))
+    proxy = await proxy_factory(upstream=await raw_upstream(serve))
     reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
     writer.write(b"GET /api/version HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert (await reader.readuntil(b"\r\n")) == b"HTTP/1.1 200 OK\r\n"
@@ -159,16 +179,16 @@ async def test_an_upload_answered_early_that_stalls_loses_its_connection(
 ) -> None:
     """Ollama answers before the body ended; the rest is read and dropped for the
     lingering time (aiohttp's rule), then a client that stopped sending is cut."""
-    from ollama_tap.relay.http1 import server
+    from ollama_tap.relay.http1 import request
 
-    monkeypatch.setattr(server, "LINGER_SECONDS", 0.3)
+    monkeypatch.setattr(request, "LINGER_SECONDS", 0.3)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_head(reader)
         writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\nno")
         await writer.drain()
 
-    proxy = await proxy_factory(relay="fast", upstream=await raw_upstream(serve))
+    proxy = await proxy_factory(upstream=await raw_upstream(serve))
     reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
     writer.write(
         b"POST /api/blobs/sha256:00 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10000000\r\n\r\n"
@@ -220,7 +240,7 @@ async def test_observers_time_is_not_the_clients(
     piece is still stamped when it was written, before they ran (TTFT is the client's)."""
     observer = HeadsClock()
     proxy = await proxy_factory(
-        relay="fast", upstream=await raw_upstream(_one_read_upstream), observers=(observer,)
+        upstream=await raw_upstream(_one_read_upstream), observers=(observer,)
     )
     async with aiohttp.ClientSession() as s:
         async with s.post(proxy.url + "/api/generate", data=b"{}") as resp:
@@ -246,7 +266,7 @@ async def test_a_head_that_failed_is_not_announced(
 
     monkeypatch.setattr(relay, "response_head", broken)
     recorder = Recorder()
-    proxy = await proxy_factory(relay="fast", observers=(recorder,))
+    proxy = await proxy_factory(observers=(recorder,))
     async with aiohttp.ClientSession() as s:
         async with s.post(proxy.url + "/api/generate", json={"model": "llama3.2"}) as resp:
             assert resp.status == 500
@@ -268,12 +288,12 @@ async def test_a_reply_that_ended_before_its_relay_took_it_leaves_its_connection
     threading.Thread(target=_threaded_upstream, args=(listener, size), daemon=True).start()
     late = Tap.drive
 
-    async def drive_late(tap: Tap, relay: Relay[Any]) -> Any:
+    async def drive_late(tap: Tap, relay: Transport) -> None:
         if relay.tapped.ex.path == "/api/big":
             time.sleep(0.1)  # noqa: ASYNC251 -- a busy loop: the whole reply arrives meanwhile
             await asyncio.sleep(0)  # ... and is read before the relay runs
             await asyncio.sleep(0)
-        return await late(tap, relay)
+        await late(tap, relay)
 
     def small_send_buffer(conn: FrontConnection, transport: asyncio.BaseTransport) -> None:
         # A remote client's socket (loopback's starts near 1 MiB): the reply fills it.
@@ -298,9 +318,7 @@ async def test_a_reply_that_ended_before_its_relay_took_it_leaves_its_connection
     monkeypatch.setattr(FrontConnection, "connection_made", small_send_buffer)
     monkeypatch.setattr(UpstreamConnection, "connection_made", large_receive_buffer)
     monkeypatch.setattr(Tap, "drive", drive_late)
-    proxy = await proxy_factory(
-        relay="fast", upstream=f"http://127.0.0.1:{listener.getsockname()[1]}"
-    )
+    proxy = await proxy_factory(upstream=f"http://127.0.0.1:{listener.getsockname()[1]}")
     async with aiohttp.ClientSession() as s:  # leaves an idle pooled connection
         assert (await fetch(s, "GET", proxy.url + "/api/tags", None))[0] == 200
     slow = socket.socket()
@@ -350,7 +368,7 @@ def _serve_connection(conn: socket.socket, size: int) -> None:
             )
 
 
-_OURS = (FrontConnection, Http1Relay, AiohttpRelay, Tapped, Reply, Exchange, UpstreamConnection)
+_OURS = (FrontConnection, Http1Relay, Tapped, Reply, Exchange, UpstreamConnection)
 _GENERATE = orjson.dumps({"model": "llama3.2", "prompt": "hi"})
 
 
@@ -395,7 +413,7 @@ _PATHS: dict[str, tuple[RawHandler | None, dict[str, Any], _Requests, bool]] = {
     "a read timeout before the reply": (
         _answer(5.0, _OK), {"read_timeout": 0.2}, [(_GET, b"\r\n\r\n")] * 3, False
     ),
-    "handed to aiohttp (HTTP/1.0)": (
+    "HTTP/1.0": (
         _answer(0, _OK), {}, [(_GET.replace(b"HTTP/1.1", b"HTTP/1.0"), b"ok")] * 3, False
     ),
 }  # fmt: skip
@@ -446,7 +464,7 @@ async def test_an_exchange_is_freed_when_it_ends_not_by_the_garbage_collector(
     upstream, settings, requests, kept_alive = _PATHS[path]
     if upstream is not None:
         settings = {**settings, "upstream": await raw_upstream(upstream)}
-    proxy = await proxy_factory(relay="fast", **settings)
+    proxy = await proxy_factory(**settings)
 
     async def exchanges() -> None:
         connection = None
@@ -481,7 +499,7 @@ async def test_an_exchange_ended_by_a_bug_of_ours_is_freed_too(
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(relay, "response_head", broken)
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
 
     async def exchanges() -> None:
         async with aiohttp.ClientSession() as s:

@@ -1,9 +1,9 @@
-"""The front (relay = "fast"): the listening socket's own HTTP/1.1 server.
+"""The front: the listening socket's own HTTP/1.1 server, the one transport of Ollama traffic.
 
-What it must keep from aiohttp's server, byte for byte where it matters: response heads,
-keep-alive, pipelining, hand-offs to aiohttp at request boundaries (/_tap, the metrics path,
-HTTP/1.0, Expect, garbage), and exchanges ended by the client's disconnect. Raw sockets are
-used so that what is on the wire is what is checked.
+Response heads as Ollama's, keep-alive, pipelining, HTTP/1.0, `Expect`, the hand-off of the
+proxy's own paths to aiohttp (one request, then the connection closes), refusals, and
+exchanges ended by the client's disconnect. Raw sockets are used so that what is on the wire
+is what is checked.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import re
 import socket
 
+import aiohttp
 import orjson
 import pytest
 from yarl import URL
@@ -38,8 +39,10 @@ def connections(proxy: Proxy) -> set[FrontConnection]:
     return proxy.app[FRONT].connections
 
 
-async def test_keep_alive_then_hand_off_at_a_request_boundary(proxy_factory: MakeProxy) -> None:
-    proxy = await proxy_factory(relay="fast")
+async def test_keep_alive_then_a_request_for_the_proxy_closes_its_connection(
+    proxy_factory: MakeProxy,
+) -> None:
+    proxy = await proxy_factory()
     reader, writer = await connect(proxy)
     writer.write(post("/api/generate", GENERATE))
     status, headers, body = await read_response(reader)
@@ -52,11 +55,25 @@ async def test_keep_alive_then_hand_off_at_a_request_boundary(proxy_factory: Mak
     writer.write(get("/_tap/healthz"))  # aiohttp's route: the connection is handed over
     status, headers, body = await read_response(reader)
     assert status == "HTTP/1.1 200 OK" and orjson.loads(body) == {"upstream": "up"}
+    assert headers["connection"] == "close"  # aiohttp never sees a second request on it
+    assert await asyncio.wait_for(reader.read(), 5) == b""
     assert connections(proxy) == set()
-    writer.write(get("/api/tags"))  # aiohttp's relay serves the rest of this connection
-    status, _, body = await read_response(reader)
-    assert status == "HTTP/1.1 200 OK" and "models" in orjson.loads(body)
     writer.close()
+
+
+async def test_a_keep_alive_client_is_relayed_by_the_front_after_a_tap_request(
+    proxy_factory: MakeProxy,
+) -> None:
+    """A client's pool reconnects after the closed /_tap/ connection: its next Ollama
+    request is relayed (and recorded) as any other."""
+    spy = Spy()
+    proxy = await proxy_factory(observers=(spy,))
+    async with aiohttp.ClientSession() as s:
+        for path in ("/api/tags", "/_tap/healthz", "/api/tags", "/metrics", "/api/version"):
+            async with s.get(proxy.url + path) as resp:
+                assert resp.status == 200
+                await resp.read()
+    assert [ex.path for ex in await spy.wait_ended(3)] == ["/api/tags", "/api/tags", "/api/version"]
 
 
 @pytest.mark.parametrize(
@@ -65,27 +82,55 @@ async def test_keep_alive_then_hand_off_at_a_request_boundary(proxy_factory: Mak
         (get("/metrics"), "200", b"ollama_tap_requests_in_flight"),
         (get("/_tap/api/records", f"Authorization: Bearer {ADMIN_TOKEN}"), "200", b'"records"'),
         (get("/_tap/api/records"), "401", b"token"),
-        (get("/api/tags", version="1.0"), "200", b'"models"'),
-        (post("/api/generate", GENERATE, "Expect: 100-continue"), "200", b'"done":true'),
-        (get("/api/tags").replace(b"localhost:11435", b"evil.example"), "403", b""),
+        (get("/_tap/healthz", version="1.0"), "200", b'"upstream"'),
     ],
-    ids=["metrics", "tap-api", "tap-unauthorized", "http10", "expect", "rebinding"],
+    ids=["metrics", "tap-api", "tap-unauthorized", "tap-http10"],
 )
 async def test_what_aiohttp_answers(
     proxy_factory: MakeProxy, request_bytes: bytes, status: str, body_has: bytes
 ) -> None:
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
+    reader, writer = await connect(proxy)
+    writer.write(request_bytes)
+    line, headers, body = await read_response(reader)
+    assert line.split()[1] == status
+    assert body_has in body and headers["connection"] == "close"
+    assert connections(proxy) == set()  # the connection was aiohttp's, and is closed
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "body_has", "kept"),
+    [
+        (get("/api/tags", version="1.0"), "200", b'"models"', False),
+        (get("/api/tags", "Connection: keep-alive", version="1.0"), "200", b'"models"', True),
+        (post("/api/generate", GENERATE, "Expect: 100-continue"), "200", b'"done":true', True),
+        (get("/api/tags").replace(b"localhost:11435", b"evil.example"), "403", b"", False),
+    ],
+    ids=["http10", "http10-keep-alive", "expect", "rebinding"],
+)
+async def test_what_the_front_answers_itself(
+    proxy_factory: MakeProxy, request_bytes: bytes, status: str, body_has: bytes, kept: bool
+) -> None:
+    proxy = await proxy_factory()
     reader, writer = await connect(proxy)
     writer.write(request_bytes)
     line, _, body = await read_response(reader)
+    if line.endswith("100 Continue"):
+        line, _, body = await read_response(reader)
     assert line.split()[1] == status
     assert body_has in body
-    assert connections(proxy) == set()  # the connection is aiohttp's now
+    if kept:
+        writer.write(get("/api/version"))
+        assert (await read_response(reader))[0].split()[1] == "200"
+    else:
+        assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
 
 
 async def test_pipelined_requests_are_answered_in_order(proxy_factory: MakeProxy) -> None:
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     reader, writer = await connect(proxy)
     first = orjson.dumps({"model": "llama3.2", "prompt": "one"})
     writer.write(post("/api/generate", first) + get("/api/tags") + get("/api/version"))
@@ -98,7 +143,7 @@ async def test_pipelined_requests_are_answered_in_order(proxy_factory: MakeProxy
 
 
 async def test_pipelined_request_for_aiohttp_is_refused_clearly(proxy_factory: MakeProxy) -> None:
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     reader, writer = await connect(proxy)
     writer.write(get("/api/tags") + get("/_tap/healthz"))
     assert (await read_response(reader))[0] == "HTTP/1.1 200 OK"
@@ -110,9 +155,11 @@ async def test_pipelined_request_for_aiohttp_is_refused_clearly(proxy_factory: M
     writer.close()
 
 
-async def test_response_heads_match_the_aiohttp_relay(proxy_factory: MakeProxy) -> None:
-    """The front writes heads itself; aiohttp's server is the reference for what a relay
-    of the same reply looks like (minus the clock)."""
+async def test_response_heads_are_ollamas(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    """The front writes heads itself: they are what Ollama (the fake) answered, minus the
+    clock, lengths that vary with its measured durations, and the order of the fields."""
     cases = [
         post("/api/generate", GENERATE),
         post("/api/generate", orjson.dumps({"model": "llama3.2", "prompt": "x", "stream": False})),
@@ -121,19 +168,23 @@ async def test_response_heads_match_the_aiohttp_relay(proxy_factory: MakeProxy) 
         b"HEAD / HTTP/1.1\r\nHost: localhost\r\n\r\n",
         get("/nope"),
     ]
-    heads: dict[str, list[str]] = {}
-    for relay in ("aiohttp", "fast"):
-        proxy = await proxy_factory(relay=relay)
-        heads[relay] = []
+    proxy = await proxy_factory()
+    fake = URL(fake_ollama.url)
+    heads: dict[str, list[str]] = {"direct": [], "proxied": []}
+    for where, (host, port) in {
+        "direct": (fake.host, fake.port),
+        "proxied": (proxy.host, proxy.port),
+    }.items():
         for case in cases:
-            reader, writer = await connect(proxy)
+            reader, writer = await asyncio.open_connection(host, port)
             writer.write(case)
             head = (await reader.readuntil(b"\r\n\r\n")).decode()
-            # The clock, and lengths that vary with the fake's measured durations.
-            head = re.sub(r"(?m)^Date: .*$", "Date: -", head)
-            heads[relay].append(re.sub(r"(?m)^Content-Length: \d+", "Content-Length: n", head))
+            head = re.sub(r"Date: [^\r]*", "Date: -", head.removesuffix("\r\n\r\n"))
+            head = re.sub(r"Content-Length: \d+", "Content-Length: n", head)
+            status, *fields = head.split("\r\n")
+            heads[where].append("\r\n".join([status, *sorted(fields)]))  # hop-by-hop move
             writer.close()
-    assert heads["fast"] == heads["aiohttp"]
+    assert heads["proxied"] == heads["direct"]
 
 
 async def test_client_leaving_during_prefill_cancels_the_exchange(
@@ -143,7 +194,7 @@ async def test_client_leaving_during_prefill_cancels_the_exchange(
     and the upstream connection is closed (Ollama stops), as aiohttp's handler cancellation
     does."""
     ends = Spy()
-    proxy = await proxy_factory(relay="fast", observers=(ends,))
+    proxy = await proxy_factory(observers=(ends,))
     fake_ollama.script = Script(prefill_delay=5.0)
     _, writer = await connect(proxy)
     writer.write(post("/api/generate", GENERATE))
@@ -155,7 +206,7 @@ async def test_client_leaving_during_prefill_cancels_the_exchange(
 async def test_chunked_upload_and_early_answer_keep_the_connection(
     proxy_factory: MakeProxy,
 ) -> None:
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     reader, writer = await connect(proxy)
     body = (
         b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in (GENERATE[:5], GENERATE[5:])) + b"0\r\n\r\n"
@@ -170,7 +221,7 @@ async def test_chunked_upload_and_early_answer_keep_the_connection(
 
 
 async def test_garbage_goes_to_aiohttp_which_answers_400(proxy_factory: MakeProxy) -> None:
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     reader, writer = await connect(proxy)
     writer.write(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03 not http\r\n\r\n")
     status, _, _ = await read_response(reader)
@@ -186,7 +237,7 @@ async def test_a_queued_request_keeps_its_place_before_a_hand_off(
 ) -> None:
     """A (slow) streams, B (the front's) waits behind it, C (aiohttp's) arrives last: the
     answers come A, B, C, each in its own slot."""
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     fake_ollama.script = Script(prefill_delay=0.5)
     reader, writer = await connect(proxy)
     writer.write(SLOW)
@@ -205,7 +256,7 @@ async def test_garbage_behind_a_running_exchange_waits_for_it(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
     ends = Spy()
-    proxy = await proxy_factory(relay="fast", observers=(ends,))
+    proxy = await proxy_factory(observers=(ends,))
     fake_ollama.script = Script(prefill_delay=0.4)
     reader, writer = await connect(proxy)
     writer.write(SLOW)
@@ -222,7 +273,7 @@ async def test_a_double_slash_target_is_relayed_as_sent(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
     """yarl would read "//api/tags" as a host and a path; the target must pass untouched."""
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     seen = []
     upstream = URL(fake_ollama.url)
     for host, port in ((upstream.host, upstream.port), (proxy.host, proxy.port)):
@@ -252,7 +303,7 @@ async def test_an_endless_head_is_cut_off(proxy_factory: MakeProxy, pipelined: b
     (aiohttp answers a fresh one; one begun in the read that ended another is cut)."""
     from ollama_tap.relay.http1.server import MAX_HEAD
 
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     _, writer = await connect(proxy)
     start = (get("/api/version") if pipelined else b"") + b"GET /api/tags HTTP/1.1\r\nX-Big: "
     writer.write(start)
@@ -265,7 +316,7 @@ async def test_an_endless_head_is_cut_off(proxy_factory: MakeProxy, pipelined: b
 async def test_a_deferred_hand_off_stops_reading_the_client(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     fake_ollama.script = Script(prefill_delay=2.0)
     _, writer = await connect(proxy)
     writer.write(SLOW)
@@ -284,7 +335,7 @@ async def test_idle_and_half_received_connections_close_at_shutdown(
 ) -> None:
     from ollama_tap.relay import FRONT
 
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     idle_reader, idle = await connect(proxy)
     idle.write(get("/api/version"))
     await read_response(idle_reader)
@@ -304,7 +355,7 @@ async def test_many_pipelined_requests_in_one_read_are_not_a_large_head(
     from ollama_tap.relay import FRONT
     from ollama_tap.relay.http1.server import MAX_HEAD
 
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     requests = get("/api/version") * (2 * MAX_HEAD // len(get("/api/version")))
 
     class Transport(asyncio.Transport):
@@ -344,7 +395,7 @@ async def test_a_pipelined_request_is_timed_from_its_arrival(
     behind a slow one waits for it, and its time to first token says so (it is what its
     client saw), instead of starting when the front got round to it."""
     ends = Spy()
-    proxy = await proxy_factory(relay="fast", observers=(ends,))
+    proxy = await proxy_factory(observers=(ends,))
     fake_ollama.script = Script(prefill_delay=0.3)
     reader, writer = await connect(proxy)
     second = orjson.dumps({"model": "llama3.2", "prompt": "two"})
@@ -364,11 +415,89 @@ async def test_a_pipelined_request_is_timed_from_its_arrival(
 async def test_client_connections_use_tcp_keepalive(proxy_factory: MakeProxy) -> None:
     """As with aiohttp's server, a client that vanished without a word is found out by TCP
     (the front sets it on the listening socket, which accepted connections inherit)."""
-    proxy = await proxy_factory(relay="fast")
+    proxy = await proxy_factory()
     reader, writer = await connect(proxy)
     writer.write(get("/api/version"))
     await read_response(reader)
     [conn] = connections(proxy)
     sock = conn.transport.get_extra_info("socket")
     assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+    writer.close()
+
+
+CHUNKED = "Transfer-Encoding: chunked"
+
+
+def _head(first: str, *fields: str) -> bytes:
+    return (first + "\r\n" + "".join(f + "\r\n" for f in fields) + "\r\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "says"),
+    [
+        (
+            _head("POST /api/chat HTTP/1.1", "Host: h", "Content-Length: 2", "Content-Length: 3"),
+            400,
+            "Content-Length",
+        ),
+        (
+            _head("POST /api/chat HTTP/1.1", "Host: h", "Content-Length: 2", CHUNKED),
+            400,
+            "Transfer-Encoding",
+        ),
+        (_head("POST /api/chat HTTP/1.1", "Host: h", "Transfer-Encoding: gzip, chunked"),
+         501, "gzip"),
+        (_head("POST /api/chat HTTP/1.0", CHUNKED), 400, "ambiguous"),
+        (_head("GET /api/tags HTTP/1.1"), 400, "Host"),
+        (_head("GET /api/tags HTTP/1.1", "Host: a", "Host: b"), 400, "Host"),
+        (_head("GET /api/tags HTTP/1.1", "Host: h", "Expect: something"), 417, "Expect"),
+        (_head("CONNECT ollama:443 HTTP/1.1", "Host: ollama:443"), 405, "CONNECT"),
+        (_head("OPTIONS * HTTP/1.1", "Host: h"), 400, "not a path"),
+        (_head("GET /" + "a" * 9000 + " HTTP/1.1", "Host: h"), 414, "URL"),
+        (_head("GET /api/tags HTTP/2.0", "Host: h"), 505, "HTTP/2.0"),
+        (_head("POST /v1/chat/completions HTTP/1.1", "Host: h", "Expect: x"), 417, "openai"),
+    ],
+    ids=[
+        "two-lengths", "length-and-chunked", "unknown-coding", "chunked-http10", "no-host",
+        "two-hosts", "expectation", "connect", "asterisk", "long-target", "http2", "openai-shape",
+    ],
+)  # fmt: skip
+async def test_what_cannot_be_relayed_with_one_framing_is_refused_in_the_routes_shape(
+    proxy_factory: MakeProxy, request_bytes: bytes, status: int, says: str
+) -> None:
+    """The proxy's own error (Ollama's shape, or OpenAI's on /v1/), naming the fix, and the
+    connection closes: what follows such a request cannot be trusted. Nothing goes upstream."""
+    spy = Spy()
+    proxy = await proxy_factory(observers=(spy,))
+    reader, writer = await connect(proxy)
+    writer.write(request_bytes)
+    line, headers, body = await asyncio.wait_for(read_response(reader), 5)
+    # HTTP/1.0 closes unless told otherwise; 1.1 is told.
+    assert line.split()[1] == str(status) and headers.get("connection", "close") == "close"
+    error = orjson.loads(body)["error"]
+    if says == "openai":
+        assert error["message"].startswith("ollama-tap: ")
+    else:
+        assert error.startswith("ollama-tap: ") and says in error
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    assert spy.ended == []
+    writer.close()
+
+
+async def test_an_absolute_target_and_an_upgrade_are_relayed_as_plain_requests(
+    proxy_factory: MakeProxy,
+) -> None:
+    """A client that takes the proxy for a forward proxy sends absolute URIs (RFC 9112
+    §3.2.2): relayed by their path. One that asks to upgrade gets the plain answer Ollama
+    gives, and the connection ends with it (llhttp parses nothing after an upgrade)."""
+    proxy = await proxy_factory()
+    reader, writer = await connect(proxy)
+    writer.write(get("http://ollama.example:11434/api/tags"))
+    status, _, body = await read_response(reader)
+    assert status == "HTTP/1.1 200 OK" and "models" in orjson.loads(body)
+    writer.write(get("/api/version", "Connection: Upgrade\r\nUpgrade: websocket"))
+    status, headers, body = await read_response(reader)
+    assert status == "HTTP/1.1 200 OK" and "version" in orjson.loads(body)
+    assert headers["connection"] == "close"
+    assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()

@@ -19,8 +19,8 @@ from ollama_tap.relay.http1.pool import UpstreamConnection, UpstreamPool
 from ollama_tap.relay.http1.relay import Http1Relay
 from ollama_tap.relay.http1.reply import Reply
 from ollama_tap.relay.http1.request import FrontRequest
-from ollama_tap.relay.http1.server import MAX_HEAD, Front, FrontConnection
-from ollama_tap.relay.http1.serves import OwnedPaths, Rule
+from ollama_tap.relay.http1.server import Front, FrontConnection
+from ollama_tap.relay.http1.serves import MAX_HEAD, OwnedPaths, Rule, origin_form
 from ollama_tap.relay.tap import Tap
 from tests.support.spy import Spy
 
@@ -120,7 +120,9 @@ def front(routes: tuple[str, ...] = ("/_tap/healthz", "/_tap/{tail:.*}", "/metri
     settings = Settings(upstream="http://127.0.0.1:9")
     tap = Tap(settings, Hooks([], CollectorRegistry()))
     made = Front(
-        tap, UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None), Rule(OwnedPaths(app.router), True)
+        tap,
+        UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None),
+        Rule(OwnedPaths(app.router), check_host=True),
     )
     made.attach(cast(web.Server, Handing()))
     return made
@@ -153,11 +155,37 @@ async def test_a_request_for_the_proxy_goes_to_aiohttp_with_every_byte() -> None
     assert conn not in made.connections and conn.task is None
 
 
-async def test_http10_and_expect_go_to_aiohttp() -> None:
+async def test_http10_and_expect_are_the_fronts() -> None:
     for request in (get("/api/tags", "1.0"), get("/api/tags", extra="Expect: 100-continue\r\n")):
         conn, transport = connected(front())
         conn.data_received(request)
-        assert isinstance(transport.protocol, Handed) and bytes(transport.protocol.data) == request
+        assert transport.protocol is None and conn.task is not None
+        conn.task.cancel()
+        conn.connection_lost(None)
+
+
+async def test_an_expectation_is_met_when_the_exchange_reads_the_body() -> None:
+    conn, transport = connected(front())
+    conn.data_received(get("/api/tags") + b"POST /api/show HTTP/1.1\r\nHost: localhost\r\n"
+                       b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\n")  # fmt: skip
+    assert b"100 Continue" not in transport.written  # queued: never inside the reply before
+    assert conn.task is not None and len(conn.queue) == 1
+    conn.task.cancel()
+    await asyncio.sleep(0)
+    conn.after_exchange(keep=True)
+    assert transport.written.endswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    conn.data_received(b"{}")  # the body, once the client had its 100
+    assert conn.current is None
+    assert conn.task is not None
+    conn.task.cancel()
+    conn.connection_lost(None)
+
+
+def test_an_absolute_target_is_relayed_by_its_path() -> None:
+    assert origin_form("/api/tags?x=1") == "/api/tags?x=1"
+    assert origin_form("http://h:1/api/tags?x=1") == "/api/tags?x=1"
+    assert origin_form("HTTPS://h") == "/" and origin_form("http://h?x=1") == "/?x=1"
+    assert origin_form("*") == "" and origin_form("h:443") == "" and origin_form("ftp://h/x") == ""
 
 
 async def test_pipelined_requests_queue_in_order_and_one_for_aiohttp_behind_them_is_refused() -> (
@@ -176,10 +204,12 @@ async def test_pipelined_requests_queue_in_order_and_one_for_aiohttp_behind_them
     assert b"must come first" in transport.written and transport.closed
 
 
-async def test_bytes_that_do_not_parse_go_to_aiohttp_at_a_clean_start() -> None:
+async def test_bytes_that_do_not_parse_get_the_fronts_400_at_a_clean_start() -> None:
     conn, transport = connected(front())
     conn.data_received(b"\x16\x03\x01 not http\r\n\r\n")
-    assert isinstance(transport.protocol, Handed)
+    assert transport.protocol is None and transport.closed
+    assert transport.written.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"could not be parsed" in transport.written
 
 
 async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_frees_its_link() -> (
@@ -216,7 +246,8 @@ async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_free
         CIMultiDict({"Host": "localhost"}),
         "127.0.0.1",
         asyncio.get_running_loop().time(),
-        True,
+        version="1.1",
+        keep_alive=True,
     )
     request.sent = reply
     client.flow.writing_paused = True  # a client too slow for the whole reply

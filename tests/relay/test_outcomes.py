@@ -23,7 +23,7 @@ import pytest
 from ollama_tap.exchange import Outcome
 from tests.conftest import MakeProxy, Proxy
 from tests.support.metrics import samples
-from tests.support.relaying import RELAYS, RawHandler, read_head
+from tests.support.relaying import RawHandler, read_head
 from tests.support.spy import Spy
 from tests.support.waiting import eventually
 
@@ -145,13 +145,12 @@ class SlowEnd:
 
 
 async def _start(
-    relay: str,
     raw_upstream: Callable[[RawHandler], Awaitable[str]],
     proxy_factory: MakeProxy,
     hold: float = 0.0,
 ) -> tuple[SlowEnd, Proxy, Spy]:
     upstream, spy = SlowEnd(hold), Spy()
-    proxy = await proxy_factory(upstream=await raw_upstream(upstream.serve), relay=relay,
+    proxy = await proxy_factory(upstream=await raw_upstream(upstream.serve),
                                 observers=(spy,))  # fmt: skip
     return upstream, proxy, spy
 
@@ -200,15 +199,13 @@ async def _all_ok(upstream: SlowEnd, proxy: Proxy, spy: Spy) -> None:
     assert _requests(proxy) == RUNS and _errors(proxy) == {}
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 @pytest.mark.parametrize("path", sorted(STREAMS))
 async def test_a_client_that_closes_after_the_final_object_is_ok(
-    relay: str,
     path: str,
     raw_upstream: Callable[[RawHandler], Awaitable[str]],
     proxy_factory: MakeProxy,
 ) -> None:
-    upstream, proxy, spy = await _start(relay, raw_upstream, proxy_factory)
+    upstream, proxy, spy = await _start(raw_upstream, proxy_factory)
     final = STREAMS[path][2]
     for _ in range(RUNS):
         await _read_then_close(proxy, path, final)
@@ -219,11 +216,10 @@ async def test_a_client_that_closes_after_the_final_object_is_ok(
     assert ex.last_output is not None and ex.ended - ex.last_output < LATE
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 async def test_openai_sync_stream_closing_at_done_is_ok(
-    relay: str, raw_upstream: Callable[[RawHandler], Awaitable[str]], proxy_factory: MakeProxy
+    raw_upstream: Callable[[RawHandler], Awaitable[str]], proxy_factory: MakeProxy
 ) -> None:
-    upstream, proxy, spy = await _start(relay, raw_upstream, proxy_factory)
+    upstream, proxy, spy = await _start(raw_upstream, proxy_factory)
     client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0)
 
     def chat() -> str:
@@ -239,11 +235,10 @@ async def test_openai_sync_stream_closing_at_done_is_ok(
     await _all_ok(upstream, proxy, spy)
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 async def test_ollama_client_returning_at_done_is_ok(
-    relay: str, raw_upstream: Callable[[RawHandler], Awaitable[str]], proxy_factory: MakeProxy
+    raw_upstream: Callable[[RawHandler], Awaitable[str]], proxy_factory: MakeProxy
 ) -> None:
-    upstream, proxy, spy = await _start(relay, raw_upstream, proxy_factory)
+    upstream, proxy, spy = await _start(raw_upstream, proxy_factory)
     client = ollama.Client(host=proxy.url)
 
     def generate() -> str:
@@ -259,15 +254,13 @@ async def test_ollama_client_returning_at_done_is_ok(
     await _all_ok(upstream, proxy, spy)
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 @pytest.mark.parametrize("path", ["/api/generate", "/v1/chat/completions"])
 async def test_a_client_that_closes_before_the_final_object_is_disconnected(
-    relay: str,
     path: str,
     raw_upstream: Callable[[RawHandler], Awaitable[str]],
     proxy_factory: MakeProxy,
 ) -> None:
-    upstream, proxy, spy = await _start(relay, raw_upstream, proxy_factory, hold=LATE)
+    upstream, proxy, spy = await _start(raw_upstream, proxy_factory, hold=LATE)
     await _read_then_close(proxy, path, STREAMS[path][1][-1])
     [ex] = await spy.wait_ended()
     assert ex.outcome is Outcome.CLIENT_DISCONNECTED and ex.output_events == 1

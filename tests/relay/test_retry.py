@@ -1,6 +1,6 @@
 """A request whose reused upstream connection dies before any reply byte is sent again, once,
-on a fresh connection, when a second send can do no harm (relay/retry.py), in both
-transports; and the pool keeps a connection only as long as the upstream says."""
+on a fresh connection, when a second send can do no harm (relay/retry.py); and the pool
+keeps a connection only as long as the upstream says."""
 
 from __future__ import annotations
 
@@ -29,17 +29,17 @@ from tests.support.closing import (
     answer,
 )
 from tests.support.records import records
-from tests.support.relaying import MARK, RELAYS, RawHandler
+from tests.support.relaying import MARK, RawHandler
 
 Upstreams = Callable[[RawHandler], Awaitable[str]]
 _RETRIES = "ollama_tap_upstream_retries_total"
 
 
 async def _proxy(
-    proxy_factory: MakeProxy, raw_upstream: Upstreams, relay: str, plan: Plan, **kw: Any
+    proxy_factory: MakeProxy, raw_upstream: Upstreams, plan: Plan, **kw: Any
 ) -> tuple[Proxy, ClosingUpstream]:
     upstream = ClosingUpstream(plan)
-    proxy = await proxy_factory(relay=relay, upstream=await raw_upstream(upstream.serve), **kw)
+    proxy = await proxy_factory(upstream=await raw_upstream(upstream.serve), **kw)
     return proxy, upstream
 
 
@@ -56,14 +56,13 @@ def _closes_after_reply(conn: int, number: int, head: bytes) -> Step:
     return Step(ANSWER, then_close=True)
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 @pytest.mark.parametrize(
     "plan", [_first_only, _closes_after_reply], ids=["at its next request", "at once"]
 )
 async def test_an_upstream_closing_after_every_reply_answers_every_request(
-    relay: str, plan: Plan, proxy_factory: MakeProxy, raw_upstream: Upstreams
+    plan: Plan, proxy_factory: MakeProxy, raw_upstream: Upstreams
 ) -> None:
-    proxy, upstream = await _proxy(proxy_factory, raw_upstream, relay, plan)
+    proxy, upstream = await _proxy(proxy_factory, raw_upstream, plan)
     kinds = [(p, s) for p in ("/api/generate", "/api/chat") for s in (True, False)]
     async with aiohttp.ClientSession(headers=MARK) as s:
         for i in range(150):
@@ -88,18 +87,16 @@ async def test_an_upstream_closing_after_every_reply_answers_every_request(
     assert {r["retried"] for r in found} <= {None, *Retry}
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 @pytest.mark.parametrize(
     ("method", "path"), [("DELETE", "/api/delete"), ("POST", "/api/create"), ("POST", "/api/pull")]
 )
 async def test_a_management_request_is_never_sent_twice(
-    relay: str, method: str, path: str, proxy_factory: MakeProxy, raw_upstream: Upstreams
+    method: str, path: str, proxy_factory: MakeProxy, raw_upstream: Upstreams
 ) -> None:
     """Its connection dies after the upstream read its body: the client gets the clear 502."""
     proxy, upstream = await _proxy(
         proxy_factory,
         raw_upstream,
-        relay,
         lambda conn, number, head: Step(ANSWER if number == 0 else DROP_AFTER_BODY),
     )
     async with aiohttp.ClientSession(headers=MARK) as s:
@@ -115,13 +112,12 @@ async def test_a_management_request_is_never_sent_twice(
     assert record["retried"] is None
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 @pytest.mark.parametrize("cut", [PARTIAL_HEAD, AFTER_FIRST_LINE])
 async def test_an_inference_request_is_not_sent_again_after_a_reply_byte(
-    relay: str, cut: str, proxy_factory: MakeProxy, raw_upstream: Upstreams
+    cut: str, proxy_factory: MakeProxy, raw_upstream: Upstreams
 ) -> None:
     proxy, upstream = await _proxy(
-        proxy_factory, raw_upstream, relay, lambda conn, n, head: Step(ANSWER if n == 0 else cut)
+        proxy_factory, raw_upstream, lambda conn, n, head: Step(ANSWER if n == 0 else cut)
     )
     body = {"model": "llama3.2", "messages": [], "stream": True}
     async with aiohttp.ClientSession(headers=MARK) as s:
@@ -137,9 +133,8 @@ async def test_an_inference_request_is_not_sent_again_after_a_reply_byte(
     assert sum(_retries(proxy).values()) == 0
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 async def test_a_request_is_sent_again_at_most_once(
-    relay: str, proxy_factory: MakeProxy, raw_upstream: Upstreams
+    proxy_factory: MakeProxy, raw_upstream: Upstreams
 ) -> None:
     """The upstream answers one request; then every connection dies at its first."""
     seen: list[int] = []
@@ -148,7 +143,7 @@ async def test_a_request_is_sent_again_at_most_once(
         seen.append(conn)
         return Step(ANSWER if len(seen) == 1 else DROP)
 
-    proxy, upstream = await _proxy(proxy_factory, raw_upstream, relay, plan)
+    proxy, upstream = await _proxy(proxy_factory, raw_upstream, plan)
     body = {"model": "llama3.2", "input": "hi"}
     async with aiohttp.ClientSession(headers=MARK) as s:
         async with s.post(proxy.url + "/api/embed", json=body) as resp:
@@ -185,10 +180,9 @@ async def _streamed_chat(proxy: Proxy, parts: list[bytes]) -> tuple[bytes, bytes
     return head.split(b"\r\n")[0], body
 
 
-@pytest.mark.parametrize("relay", RELAYS)
 @pytest.mark.parametrize("at_hand", [True, False])
 async def test_a_streamed_upload_is_sent_again_only_if_what_was_sent_is_at_hand(
-    relay: str, at_hand: bool, proxy_factory: MakeProxy, raw_upstream: Upstreams
+    at_hand: bool, proxy_factory: MakeProxy, raw_upstream: Upstreams
 ) -> None:
     """The upstream drops the reused connection at the head, while the body still arrives."""
     body = orjson.dumps({"model": "llama3.2", "messages": [{"role": "user", "content": "x" * 200}]})
@@ -196,7 +190,6 @@ async def test_a_streamed_upload_is_sent_again_only_if_what_was_sent_is_at_hand(
     proxy, upstream = await _proxy(
         proxy_factory,
         raw_upstream,
-        relay,
         lambda conn, number, head: Step(ANSWER if number == 0 else DROP),
         body_tee_limit=1 << 20 if at_hand else 64,
     )
@@ -227,12 +220,13 @@ def test_the_rule_follows_what_a_second_send_costs() -> None:
     assert not may_resend("HEAD", "/api/blobs/:digest")
 
     ex = Exchange("POST", "/api/chat", "", "/api/chat", "", {})
-    assert retry_reason(ex, True, False, False) is Retry.CLOSED
-    assert retry_reason(ex, True, False, True) is Retry.RESET
-    assert retry_reason(ex, False, False, False) is None  # a fresh connection's failure
-    assert retry_reason(ex, True, True, False) is None  # a byte of the reply came
+    assert retry_reason(ex, reused=True, replied=False, reset=False) is Retry.CLOSED
+    assert retry_reason(ex, reused=True, replied=False, reset=True) is Retry.RESET
+    # a fresh connection's failure; a byte of the reply came
+    assert retry_reason(ex, reused=False, replied=False, reset=False) is None
+    assert retry_reason(ex, reused=True, replied=True, reset=False) is None
     ex.retried = Retry.CLOSED
-    assert retry_reason(ex, True, False, False) is None  # never twice
+    assert retry_reason(ex, reused=True, replied=False, reset=False) is None  # never twice
 
 
 def test_the_idle_life_is_what_the_upstream_announces_less_a_margin() -> None:
@@ -245,26 +239,24 @@ def test_the_idle_life_is_what_the_upstream_announces_less_a_margin() -> None:
 
 
 @pytest.mark.parametrize(
-    ("relay", "headers", "pause", "fresh"),
+    ("headers", "pause", "fresh"),
     [
-        ("fast", b"Keep-Alive: timeout=3\r\n", 2.2, True),
-        ("fast", b"Keep-Alive: timeout=3\r\n", 0.0, False),
-        ("fast", b"Keep-Alive: timeout=1\r\n", 0.0, True),
-        *((relay, b"Connection: close\r\n", 0.0, True) for relay in RELAYS),
+        (b"Keep-Alive: timeout=3\r\n", 2.2, True),
+        (b"Keep-Alive: timeout=3\r\n", 0.0, False),
+        (b"Keep-Alive: timeout=1\r\n", 0.0, True),
+        (b"Connection: close\r\n", 0.0, True),
     ],
 )
 async def test_a_connection_is_kept_only_as_long_as_the_upstream_says(
-    relay: str,
     headers: bytes,
     pause: float,
     fresh: bool,
     proxy_factory: MakeProxy,
     raw_upstream: Upstreams,
 ) -> None:
-    """The upstream keeps every connection open: what the proxy does is what its head said.
-    (aiohttp's connector keeps every idle connection alike, whatever `Keep-Alive` says.)"""
+    """The upstream keeps every connection open: what the proxy does is what its head said."""
     proxy, upstream = await _proxy(
-        proxy_factory, raw_upstream, relay, lambda conn, number, head: Step(ANSWER, headers)
+        proxy_factory, raw_upstream, lambda conn, number, head: Step(ANSWER, headers)
     )
     async with aiohttp.ClientSession(headers=MARK) as s:
         for i in range(2):

@@ -7,8 +7,6 @@ import inspect
 
 from aiohttp import web
 
-from ollama_tap.relay.aiohttp_relay import RelayResponse
-
 
 async def test_tcpsite_keeps_the_attributes_frontsite_reads() -> None:
     runner = web.AppRunner(web.Application())
@@ -22,11 +20,3 @@ async def test_tcpsite_keeps_the_attributes_frontsite_reads() -> None:
         assert "self._server" in inspect.getsource(web.BaseSite.stop)
     finally:
         await runner.cleanup()
-
-
-def test_streamresponse_still_prepares_its_headers_in_the_overridden_method() -> None:
-    """RelayResponse removes what aiohttp adds in `_prepare_headers` and reads `_req`."""
-    assert inspect.iscoroutinefunction(web.StreamResponse._prepare_headers)
-    assert "_prepare_headers" in inspect.getsource(web.StreamResponse._start)
-    assert web.StreamResponse()._req is None  # the request, once prepared
-    assert RelayResponse._prepare_headers is not web.StreamResponse._prepare_headers

@@ -1,5 +1,5 @@
-"""The exchange driver without a transport: hook order, outcomes and error shapes, each
-step fed by hand as a transport would feed it."""
+"""The exchange driver without a transport: stages and hook order, outcomes from what the
+transport reports, the one retry and error shapes, each step fed by hand."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ from yarl import URL
 from ollama_tap.config import Settings
 from ollama_tap.exchange import Exchange, Outcome, OutputChunk
 from ollama_tap.hooks import Hooks
+from ollama_tap.relay.bodies import Upload
+from ollama_tap.relay.failures import StageError, UpstreamGone
 from ollama_tap.relay.incoming import Incoming
-from ollama_tap.relay.tap import Tap, Tapped
+from ollama_tap.relay.tap import Fact, Report, Tap
+from ollama_tap.relay.tapped import Stage, Tapped
 
 NDJSON = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/x-ndjson"}))
 JSON = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json; charset=utf-8"}))
@@ -94,7 +97,7 @@ def tapped(path: str = "/api/generate", body: Body | None = None, **settings: An
         body or Body([b'{"model":"m","prompt":"hi"}']),
         True,
     )
-    return Made(Tapped(tap, incoming), calls)
+    return Made(tap.exchange(incoming), calls)
 
 
 async def test_a_streamed_reply_fires_every_hook_once_in_order() -> None:
@@ -103,12 +106,13 @@ async def test_a_streamed_reply_fires_every_hook_once_in_order() -> None:
     assert await t.upload() is not None
     t.fire_request()
     t.reply_head(200, NDJSON, 1.0)
-    t.announce()
     t.read_piece(LINE % b"a" + LINE % b"b", 2.0)
     t.read_piece(FINAL, 3.0)
     t.close_reader(3.0)
-    t.finish(t.outcome(), 3.0)
-    t.finish(Outcome.PROXY_ERROR)  # a second end changes nothing
+    t.settle(t.reply_outcome(), 3.0)
+    assert t.stage is Stage.ENDED
+    with pytest.raises(StageError, match="SETTLED from ENDED"):  # a bug, said loudly
+        t.settle(Outcome.PROXY_ERROR)
     assert calls.seen == [
         ("request", "m"),
         ("response_headers", 200),
@@ -164,7 +168,7 @@ async def test_a_proxy_made_error_takes_the_route_familys_shape(path: str, shape
     made = tapped(path)
     t, calls = made.tapped, made.calls
     body = orjson.loads(t.proxy_error(502, "ollama-tap: no"))
-    t.finish(Outcome.UPSTREAM_UNREACHABLE)
+    t.settle(Outcome.UPSTREAM_UNREACHABLE)
     if shape == "openai":
         assert body["error"]["message"] == "ollama-tap: no"
     elif shape == "anthropic":
@@ -188,7 +192,6 @@ async def test_a_proxy_made_error_takes_the_route_familys_shape(path: str, shape
 async def test_a_cut_stream_ends_as_far_as_it_got(pieces: list[bytes], outcome: Outcome) -> None:
     t = tapped().tapped
     t.reply_head(200, NDJSON)
-    t.announce()
     for piece in pieces:
         t.read_piece(piece, 1.0)
     assert t.cut(ConnectionResetError("gone")) is outcome
@@ -203,31 +206,47 @@ async def test_a_cut_single_reply_is_incomplete() -> None:
 
 
 class Driven:
-    """A relay whose run does what it is told, for the driver's outcome rules."""
+    """A transport whose reply does what it is told (`reply`, given the transport: a
+    Report, or None for a reply relayed to its end at 2.0), for the driver's rules."""
 
-    def __init__(self, tapped: Tapped, run: Any, started: bool = False) -> None:
+    def __init__(self, tapped: Tapped, reply: Any, started: bool = False) -> None:
         self.tapped = tapped
-        self._run = run
+        self._reply = reply
         self.started = started
+        self.upload_failed = False
         self.aborted = False
-        self.errors: list[tuple[int, str, Outcome]] = []
+        self.upload: Upload | None = None
+        self.sends: list[bytes | None] = []
+        self.fail_sends: list[BaseException] = []
+        self.errors: list[tuple[int, bytes]] = []
 
-    async def run(self) -> str:
-        return str(await self._run())
+    async def send(self, body: bytes | None, upload: Upload | None) -> None:
+        self.sends.append(body)
+        self.upload = upload
+        if self.fail_sends:
+            raise self.fail_sends.pop(0)
 
-    def reply_started(self) -> bool:
+    async def drop_attempt(self) -> None:
+        pass
+
+    async def relay_reply(self) -> Report:
+        report = await self._reply(self)
+        return report if report is not None else Report(Fact.REPLY_DONE, at=2.0)
+
+    def client_gone(self) -> bool:
+        return False
+
+    def head_sent(self) -> bool:
         return self.started
 
     def abort_client(self) -> None:
         self.aborted = True
 
-    def finish(self, outcome: Outcome, at: float | None = None) -> None:
-        self.tapped.finish(outcome, at)
+    def answer(self, status: int, body: bytes) -> None:
+        self.errors.append((status, body))
 
-    async def proxy_error(self, status: int, message: str, outcome: Outcome) -> str:
-        self.errors.append((status, message, outcome))
-        self.finish(outcome)
-        return "error"
+    def release(self) -> None:
+        pass
 
 
 @pytest.mark.parametrize(
@@ -241,7 +260,7 @@ async def test_a_cancelled_exchange_ends_as_a_disconnect_or_shutdown(
     tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
     tap.shutting_down = shutting_down
 
-    async def cancelled() -> None:
+    async def cancelled(_: Driven) -> None:
         raise asyncio.CancelledError
 
     with pytest.raises(asyncio.CancelledError):
@@ -250,7 +269,7 @@ async def test_a_cancelled_exchange_ends_as_a_disconnect_or_shutdown(
 
 
 async def test_a_bug_before_the_reply_is_a_500_and_after_it_a_cut() -> None:
-    async def bug() -> None:
+    async def bug(_: Driven) -> None:
         raise RuntimeError("a bug")
 
     made = tapped()
@@ -258,8 +277,9 @@ async def test_a_bug_before_the_reply_is_a_500_and_after_it_a_cut() -> None:
     t, calls = made.tapped, made.calls
     tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
     before = Driven(t, bug)
-    assert await tap.drive(before) == "error"
-    assert before.errors[0][0] == 500 and "internal error" in before.errors[0][1]
+    await tap.drive(before)
+    [(status, body)] = before.errors
+    assert status == 500 and b"internal error" in body
     assert calls.seen[-1] == ("error", Outcome.PROXY_ERROR)
 
     made2 = tapped()
@@ -272,12 +292,91 @@ async def test_a_bug_before_the_reply_is_a_500_and_after_it_a_cut() -> None:
     assert calls2.seen[-1] == ("error", Outcome.PROXY_ERROR)
 
 
+@pytest.mark.parametrize(
+    ("report", "outcome", "aborted", "status"),
+    [
+        (Report(Fact.CLIENT_LEFT), Outcome.CLIENT_DISCONNECTED, False, None),
+        (Report(Fact.UPSTREAM_CUT, error=ConnectionResetError()), Outcome.INCOMPLETE, True, None),
+        (Report(Fact.UNREACHABLE, error=TimeoutError()), Outcome.UPSTREAM_UNREACHABLE, False, 504),
+        (
+            Report(Fact.UNREACHABLE, error=UpstreamGone("garbage")),
+            Outcome.UPSTREAM_UNREACHABLE,
+            False,
+            502,
+        ),
+    ],
+)
+async def test_the_driver_decides_the_outcome_of_what_the_transport_reports(
+    report: Report, outcome: Outcome, aborted: bool, status: int | None
+) -> None:
+    made = tapped()
+    t, calls = made.tapped, made.calls
+    tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
+
+    async def reported(_: Driven) -> Report:
+        t.reply_head(200, JSON)
+        return report
+
+    async def unreachable(_: Driven) -> None:
+        raise AssertionError("no reply to relay")
+
+    driven = Driven(t, reported if report.fact is not Fact.UNREACHABLE else unreachable)
+    if report.fact is Fact.UNREACHABLE:
+        assert report.error is not None
+        driven.fail_sends = [report.error]
+    await tap.drive(driven)
+    assert calls.seen[-1][1] is outcome and driven.aborted is aborted
+    assert [s for s, _ in driven.errors] == ([status] if status else [])
+
+
+@pytest.mark.parametrize(
+    ("gone", "resent"),
+    [
+        (UpstreamGone("idle", unanswered=True, reused=True), True),
+        (UpstreamGone("idle", unanswered=True, reused=True, reset=True), True),
+        (UpstreamGone("fresh", unanswered=True), False),  # a fresh connection's answer
+        (UpstreamGone("mid-reply", reused=True), False),  # a byte of the reply came
+    ],
+)
+async def test_the_driver_sends_again_once_when_the_rule_allows(
+    gone: UpstreamGone, resent: bool
+) -> None:
+    made = tapped()
+    t, calls = made.tapped, made.calls
+    tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
+
+    async def done(_: Driven) -> None:
+        t.reply_head(200, JSON)
+        t.read_piece(b"{}", 2.0)
+
+    driven = Driven(t, done)
+    driven.fail_sends = [gone]
+    await tap.drive(driven)
+    body = b'{"model":"m","prompt":"hi"}'
+    if resent:
+        assert driven.sends == [body, body] and t.ex.retried is not None
+        assert calls.seen[-1] == ("response", Outcome.OK)
+    else:
+        assert driven.sends == [body] and t.ex.retried is None
+        assert calls.seen[-1] == ("error", Outcome.UPSTREAM_UNREACHABLE)
+
+
+async def test_the_driver_sends_again_at_most_once() -> None:
+    made = tapped()
+    t, calls = made.tapped, made.calls
+    tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
+    driven = Driven(t, lambda _: asyncio.sleep(0))
+    driven.fail_sends = [UpstreamGone("idle", unanswered=True, reused=True)] * 2
+    await tap.drive(driven)
+    assert len(driven.sends) == 2 and calls.seen[-1] == ("error", Outcome.UPSTREAM_UNREACHABLE)
+
+
 async def test_shutdown_cancels_what_is_still_in_flight_after_the_grace() -> None:
     made = tapped()
     t, calls = made.tapped, made.calls
     tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
 
-    async def forever() -> None:
+    async def forever(_: Driven) -> None:
         await asyncio.sleep(60)
 
     task = asyncio.ensure_future(tap.drive(Driven(t, forever)))
@@ -298,9 +397,8 @@ async def test_a_stream_cancelled_after_its_final_object_ends_as_it_says(
     tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
     tap.shutting_down = shutting_down
 
-    async def left_at_done() -> None:
+    async def left_at_done(_: Driven) -> None:
         t.reply_head(200, NDJSON)
-        t.announce()
         t.read_piece(LINE % b"a", 2.0)
         t.read_piece(FINAL, 3.0)
         raise asyncio.CancelledError
@@ -324,15 +422,12 @@ async def test_a_body_that_ends_after_the_reply_is_parsed_before_the_end() -> No
     t, calls = made.tapped, made.calls
     tap = Tap(Settings(upstream="http://127.0.0.1:11434"), t.hooks)
 
-    async def answered_early() -> None:
-        stream = await t.upload()
-        assert not isinstance(stream, bytes) and stream is not None
+    async def answered_early(driven: Driven) -> None:
+        stream = driven.upload
+        assert stream is not None
         assert await stream.__anext__() == b'{"model":'  # the upload's first piece
         t.reply_head(400, JSON)
-        t.announce()
         t.read_piece(b'{"error":"no"}', 2.0)
-        t.close_reader(2.0)
-        t.finish(t.outcome(), 2.0)
         asyncio.get_running_loop().call_later(0.05, gate.set)
 
     await tap.drive(Driven(t, answered_early))
@@ -342,3 +437,22 @@ async def test_a_body_that_ends_after_the_reply_is_parsed_before_the_end() -> No
         ("response", Outcome.UPSTREAM_ERROR),
     ]
     assert (t.ex.model, t.ex.request_body, t.ex.ended) == ("late", b'{"model":"late"}', 2.0)
+
+
+async def test_a_step_its_stage_does_not_allow_is_a_bug_said_loudly() -> None:
+    """Stages only go forwards: a head after the end, an end before the settling, a second
+    settling are the proxy's bugs, raised with both stages named, never passed over."""
+    t = tapped().tapped
+    assert t.stage is Stage.ARRIVED
+    with pytest.raises(StageError, match="ends unsettled"):
+        t.end()
+    t.fire_request()
+    t.fire_request()  # whichever comes first fires it; the others find it done
+    assert t.stage is Stage.REQUESTED
+    t.reply_head(200, JSON)
+    with pytest.raises(StageError, match="HEADERS from HEADERS"):
+        t.reply_head(200, JSON)
+    t.settle(Outcome.OK, 1.0)
+    assert t.stage is Stage.ENDED
+    with pytest.raises(StageError, match="HEADERS from ENDED"):
+        t.reply_head(200, JSON)

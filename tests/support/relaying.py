@@ -9,8 +9,6 @@ from typing import Any
 from ollama_tap.exchange import Exchange, OutputChunk
 from tests.support.transparency import comparable
 
-RELAYS = ["aiohttp", "fast"]
-"""The two transports, by their setting (`relay`)."""
 MARK = {"X-Test": "relay-comparison"}
 """A header on the tests' own requests, which hand-written upstreams tell from the poller's."""
 _TIMES = ("response_started", "first_output", "first_content", "last_output", "ended")
@@ -44,7 +42,7 @@ class Recorder:
 
 
 def snapshot(ex: Exchange) -> tuple[Any, ...]:
-    """What must not depend on the relay; clock-bound values only as present or not."""
+    """What the hooks saw, clock-bound values only as present or not."""
     usage = ex.usage and (ex.usage.prompt_eval_count, ex.usage.eval_count)
     times = tuple(getattr(ex, name) is None for name in _TIMES)
     return (

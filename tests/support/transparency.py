@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -78,10 +79,25 @@ ROUTES: list[tuple[str, str, Any]] = [
 ]
 
 
+async def _pieces(data: bytes) -> AsyncIterator[bytes]:
+    """The body in two pieces: aiohttp's client sends it chunked."""
+    yield data[: len(data) // 2]
+    yield data[len(data) // 2 :]
+
+
 async def fetch(
-    session: aiohttp.ClientSession, method: str, url: str, body: Any = None, **kw: Any
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    chunked: bool = False,
+    **kw: Any,
 ) -> tuple[int, list[tuple[str, str]], bytes]:
-    data = orjson.dumps(body) if body is not None else None
+    """One request, its body with a length or (`chunked`) chunked."""
+    data: Any = orjson.dumps(body) if body is not None else None
+    if chunked and data is not None:
+        data = _pieces(data)
     async with session.request(method, url, data=data, **kw) as resp:
         raw = await resp.read()
         return resp.status, list(resp.headers.items()), raw

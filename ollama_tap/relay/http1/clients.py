@@ -3,8 +3,9 @@ ones are closed first when that is reached, and closing them all at shutdown.
 
 A keep-alive connection that waits for its next request holds a file descriptor; enough
 of them (or of half-sent heads) and the process can accept no one else. So at every new
-connection past the cap the connections idle the longest are closed, the front's and those
-handed to aiohttp's server alike, and the new client is served.
+connection past the cap the connections idle the longest are closed and the new client is
+served. Those handed to aiohttp's server count, but are never idle: each answers its one
+request and closes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from aiohttp import web
 
 KEEPALIVE_SECONDS: Final = 75.0
 """An idle keep-alive connection, or one whose next request head is still arriving, is
-closed after this long (aiohttp's `run_app` default); aiohttp's server is given the same."""
+closed after this long (aiohttp's `run_app` default)."""
 RESERVED_FDS: Final = 64
 """File descriptors kept for what is not a client connection: the listening sockets, the
 database, the poller's and the log's."""
@@ -76,7 +77,7 @@ class Clients:
         if aiohttp is not None:
             excess += sum(1 for handler in aiohttp.connections if handler.transport is not None)
         if excess > 0:
-            self._shed(excess, aiohttp)
+            self._shed(excess)
         self.rest(conn)
 
     def rest(self, conn: Member) -> None:
@@ -95,24 +96,27 @@ class Clients:
         self.wake(conn)
         self.connections.discard(conn)
 
-    def _shed(self, excess: int, aiohttp: web.Server | None) -> None:
-        """Close the `excess` connections idle the longest, the front's and aiohttp's in
-        one order: by when their keep-alive timer would close them."""
-        idle: list[tuple[float, Member | web.RequestHandler]] = [
-            (timer.when(), conn) for conn, timer in self.idle.items()
-        ]
-        for handler in aiohttp.connections if aiohttp is not None else ():
-            # aiohttp's own test of an idle handler (RequestHandler._process_keepalive): it
-            # waits for a request that has not come whole; its timer is due at this time.
-            waiter = handler._waiter
-            if waiter is not None and not waiter.done() and handler.transport is not None:
-                idle.append((handler._next_keepalive_close_time, handler))
+    def _shed(self, excess: int) -> None:
+        """Close the `excess` connections idle the longest: by when their keep-alive timer
+        would close them."""
+        idle = [(timer.when(), conn) for conn, timer in self.idle.items()]
         for _, conn in heapq.nsmallest(excess, idle, key=operator.itemgetter(0)):
-            if isinstance(conn, web.RequestHandler):
-                conn.force_close()  # its transport is None from now: no longer counted
-            else:
-                conn.transport.close()
-                self.leave(conn)
+            conn.transport.close()
+            self.leave(conn)
+
+    def hand_off(self, conn: Member, data: bytes, *, paused: bool) -> None:
+        """Give `conn`'s socket, and the bytes of its current request, to aiohttp's server,
+        which answers that one request with `Connection: close` (relay/__init__.py)."""
+        self.leave(conn)
+        assert self.aiohttp is not None, "Front.attach was not called"
+        handler = self.aiohttp()
+        transport = conn.transport
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if paused:
+            transport.resume_reading()
+        if data:
+            handler.data_received(data)
 
     def close_idle(self) -> None:
         """Shutdown begins: connections without a running exchange close now (a request

@@ -75,11 +75,11 @@ class UpstreamConnection(asyncio.Protocol):
 
     # -- requests -----------------------------------------------------------------------
 
-    def send(self, data: bytes, head_only: bool, complete: bool) -> Reply:
+    def send(self, data: bytes, *, head_only: bool, complete: bool) -> Reply:
         """Write a request head (and its body when `complete`); the reply is read from now."""
         self.uses += 1
         self.request_sent = complete
-        reply = self.reply = Reply(self, head_only)
+        reply = self.reply = Reply(self, head_only=head_only)
         self.write(data)
         self._start_timer()
         return reply
@@ -205,7 +205,7 @@ class UpstreamPool:
 
     async def connect(self) -> UpstreamConnection:
         """A new connection (what a request sent again goes on)."""
-        # The messages are aiohttp's, so both transports report a dead upstream alike.
+        # The messages are aiohttp's, as the app's own client reports a dead upstream.
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):

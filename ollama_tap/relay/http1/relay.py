@@ -1,26 +1,32 @@
 """One exchange through the HTTP/1 transport: the request sent on a pooled connection (or
-adopted, when it was sent on arrival), the reply relayed from the upstream socket's callback."""
+adopted, when it was sent on arrival), the reply relayed from the upstream socket's callback.
+What happened is reported to the driver (relay/tap.py), which decides the rest."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Protocol
 
 import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from ollama_tap.exchange import Outcome
-from ollama_tap.relay.failures import UpstreamGone, no_reply
-from ollama_tap.relay.headers import LAST_CHUNK, chunk_frames, error_response, response_head
+from ollama_tap.relay.bodies import Upload
+from ollama_tap.relay.failures import UpstreamGone
+from ollama_tap.relay.headers import (
+    LAST_CHUNK,
+    chunk_frames,
+    error_response,
+    interim_head,
+    response_head,
+)
 from ollama_tap.relay.http1.flow import FlowControl, Waiter
 from ollama_tap.relay.http1.pool import UpstreamConnection, UpstreamPool
 from ollama_tap.relay.http1.reply import Link, Reply, ReplySink
 from ollama_tap.relay.http1.request import FrontRequest
 from ollama_tap.relay.http1.send import request_head
-from ollama_tap.relay.retry import Upload, held_for_resend, retry_reason
-from ollama_tap.relay.tap import Tap, Tapped
+from ollama_tap.relay.tap import Fact, Report, Tap
+from ollama_tap.relay.tapped import Stage
 
 log = structlog.get_logger("ollama_tap.relay")
 
@@ -40,16 +46,15 @@ class Client(Protocol):
 class Http1Relay(ReplySink):
     """The relay of one exchange: the client's response written by the proxy itself.
 
-    The head is what aiohttp's server would make of the same reply (`response_head`), taken
-    inside the upstream socket's callback as soon as it is parsed and sent in the same
-    write as the first body piece; each later piece is written, read and stamped in the
-    callback that brought it. The task only waits for the end (and writes a head that came
-    alone). Back-pressure: while the client's socket buffer is full, the upstream socket is
-    not read.
+    The head (`response_head`) is made inside the upstream socket's callback as soon as it
+    is parsed and sent in the same write as the first body piece; each later piece is
+    written, read and stamped in the callback that brought it. The task only waits for the
+    end (and writes a head that came alone). Back-pressure: while the client's socket
+    buffer is full, the upstream socket is not read.
     """
 
     def __init__(self, tap: Tap, pool: UpstreamPool, client: Client, request: FrontRequest) -> None:
-        self.tapped = Tapped(tap, request)
+        self.tapped = tap.exchange(request)
         self.target = tap.target
         self.pool = pool
         self.request = request
@@ -60,127 +65,91 @@ class Http1Relay(ReplySink):
         self.reply: Reply | None = None
         self.uploading: asyncio.Task[None] | None = None
         self.upload_failed = False
-        self.resend = b""
-        """The body bytes a second send writes first (a streamed upload's so far)."""
         self.head = b""
         self.chunked = False
         self.began = False
-        self.announced = False
-        self.head_sent = False
+        """The client's head was made from the reply's (`begin`)."""
+        self.head_written = False
         self.gone = False
         self.held = False
         self.bug: Exception | None = None
         self._wake = Waiter()
 
-    # -- the exchange (the driver's `Relay`) --------------------------------------------
+    # -- what the driver asks (tap.Transport) -------------------------------------------
 
-    async def run(self) -> None:
+    async def send(self, body: bytes | None, upload: Upload | None) -> None:
+        """Write the request on a pooled connection (a fresh one when it is sent again), or
+        adopt the one sent on arrival, and wait for the reply's head."""
+        reply = self.adopt_sent() or await self.write_request(body, upload)
+        reply.on_head = self.head_arrived
+        reply.on_interim = self.interim_arrived
+        self.interim_arrived()  # any that came before the relay adopted the reply
+        if upload is None:
+            # The whole request is on its way: parse it and tell the observers while
+            # Ollama works. Scheduled rather than called: requests that arrived together
+            # are all sent before any of them is parsed. Idempotent: the reply's head or
+            # the end fire it first if they come first, as they often do when Ollama
+            # answers at once.
+            asyncio.get_running_loop().call_soon(self.tapped.fire_request)
+        await reply.head
+
+    async def drop_attempt(self) -> None:
+        reply, uploading = self.reply, self.uploading
+        if reply is not None:
+            reply.detach()
+        if uploading is not None and not uploading.done():
+            uploading.cancel()
+            await asyncio.wait({uploading})
+
+    async def relay_reply(self) -> Report:
+        reply = self.reply
+        assert reply is not None  # `send` returned: its head came
         try:
-            data = await self.tapped.upload()
-            try:
-                reply = await self.send(data)
-            except (ConnectionError, TimeoutError, OSError) as exc:
-                self.stop_upstream()
-                if self.client.is_closing():
-                    self.finish(Outcome.CLIENT_DISCONNECTED)
-                    return
-                status, message = no_reply(self.target.url, exc, isinstance(exc, UpstreamGone))
-                # Before the reply, which most clients take as the end of their upload: the
-                # record keeps what the request said (aiohttp's relay does the same).
-                await self.tapped.read_rest()
-                await self.proxy_error(status, message, Outcome.UPSTREAM_UNREACHABLE)
-                return
-            await self.relay_reply(reply)
+            return await self.relay(reply)
         finally:
             self.stop_upstream()
-            if self.reply is not None:
-                self.reply.detach()
+            reply.detach()
             self.bug = None  # raised by now: its traceback's frames hold this relay
 
-    def reply_started(self) -> bool:
-        return self.head_sent
+    def client_gone(self) -> bool:
+        return self.client.is_closing()
+
+    def head_sent(self) -> bool:
+        return self.head_written
 
     def abort_client(self) -> None:
         self.client.abort()
 
-    async def proxy_error(self, status: int, message: str, outcome: Outcome) -> None:
-        body = self.tapped.proxy_error(status, message)
+    def answer(self, status: int, body: bytes) -> None:
         if not self.client.is_closing():
-            keep = self.request.keep_alive and not self.client_conn.closing
-            self.client.write(error_response(status, body, keep))
-        self.finish(outcome)
+            request = self.request
+            keep = request.keep_alive and not self.client_conn.closing
+            self.client.write(
+                error_response(status, body, keep_alive=keep, version=request.version)
+            )
 
-    def finish(self, outcome: Outcome, at: float | None = None) -> None:
+    def release(self) -> None:
         if self.began:
             self.announce()  # the head came, but the client never got it
         self.stop_upstream()
-        self.tapped.finish(outcome, at)
+        if self.reply is not None and self.reply.ended:
+            self.reply.detach()
 
     # -- the request --------------------------------------------------------------------
-
-    async def send(self, data: bytes | AsyncIterator[bytes] | None) -> Reply:
-        """Write the request on a pooled connection and wait for the reply's head; once
-        more, on a fresh connection, when a reused one dies first and relay/retry.py's rule
-        allows it."""
-        body = data if isinstance(data, bytes) else None
-        upload = Upload(data) if data is not None and not isinstance(data, bytes) else None
-        reply = self.adopt_sent()
-        while True:
-            if reply is None:
-                reply = await self.write_request(body, upload)
-            reply.on_head = self.head_arrived
-            if upload is None:
-                # The whole request is on its way: parse it and tell the observers while
-                # Ollama works. Scheduled rather than called: requests that arrived together
-                # are all sent before any of them is parsed. Idempotent: the reply's head or
-                # the end fire it first if they come first, as they often do when Ollama
-                # answers at once.
-                asyncio.get_running_loop().call_soon(self.tapped.fire_request)
-            try:
-                await reply.head
-            except UpstreamGone as exc:
-                if not await self.may_resend(reply, exc, upload):
-                    raise
-                if upload is not None:
-                    upload = Upload(upload.body, self.resend)
-                reply = None
-                continue
-            return reply
 
     async def write_request(self, body: bytes | None, upload: Upload | None) -> Reply:
         """Send the request on a pooled connection (a fresh one when it is sent again); a
         streamed body follows from its own task."""
         request, resent = self.request, self.tapped.ex.retried is not None
-        head, chunked = request_head(self.target, request, body, upload is not None)
+        head, chunked = request_head(self.target, request, body, streamed=upload is not None)
         conn = await (self.pool.connect() if resent else self.pool.acquire())
         self.conn = conn
         reply = self.reply = conn.send(
-            head + (body or b""), request.method == "HEAD", upload is None
+            head + (body or b""), head_only=request.method == "HEAD", complete=upload is None
         )
         if upload is not None:
-            self.uploading = asyncio.create_task(self.stream_up(conn, upload, chunked))
+            self.uploading = asyncio.create_task(self.stream_up(conn, upload, chunked=chunked))
         return reply
-
-    async def may_resend(self, reply: Reply, exc: UpstreamGone, upload: Upload | None) -> bool:
-        """Whether to send the request again: the rule (relay/retry.py), a client still
-        there, an upload that failed on the upstream's side only and whose bytes so far
-        are at hand (`resend`). Marks the exchange as retried."""
-        ex = self.tapped.ex
-        reason = retry_reason(ex, reply.conn.uses > 1, reply.received, exc.reset)
-        if reason is None or self.client.is_closing() or self.upload_failed:
-            return False
-        reply.detach()
-        uploading = self.uploading
-        if upload is not None and uploading is not None:
-            uploading.cancel()
-            await asyncio.wait({uploading})
-        resend = await held_for_resend(upload, self.tapped.sent_so_far)
-        if resend is None:
-            return False
-        self.resend = resend
-        ex.retried = reason
-        log.debug("resent", id=ex.id, path=ex.path, reason=str(reason))
-        return True
 
     def adopt_sent(self) -> Reply | None:
         """The reply to this request if it was sent on arrival (`send_on_arrival`)."""
@@ -190,7 +159,7 @@ class Http1Relay(ReplySink):
             self.conn, self.reply = reply.conn, reply
         return reply
 
-    async def stream_up(self, conn: UpstreamConnection, chunks: Upload, chunked: bool) -> None:
+    async def stream_up(self, conn: UpstreamConnection, chunks: Upload, *, chunked: bool) -> None:
         """Relay a request body as it streams in; a failure on either side closes the
         upstream connection, which ends the reply (or the wait for it)."""
         try:
@@ -211,12 +180,23 @@ class Http1Relay(ReplySink):
 
     # -- the reply ----------------------------------------------------------------------
 
+    def interim_arrived(self) -> None:
+        """Interim replies go to an HTTP/1.1 client as they come (RFC 9110 §15.2 forbids
+        them to an HTTP/1.0 one), always before the final head."""
+        reply = self.reply
+        if reply is None or not reply.interims:
+            return
+        interims, reply.interims = reply.interims, []
+        if self.request.version == "1.1" and not self.began and not self.client.is_closing():
+            for status, reason, headers in interims:
+                self.client.write(interim_head(status, reason, headers))
+
     def head_arrived(self) -> None:
         # Inside the upstream socket's callback: the head is answered and the body of the
         # same read relayed before this callback returns, a loop turn sooner than the task
         # would. A bug is kept for the task to raise (the exchange ends as `proxy_error`).
         reply = self.reply
-        if self.tapped.ended or self.began or reply is None:
+        if self.tapped.stage >= Stage.SETTLED or self.began or reply is None:
             return
         try:
             self.begin(reply)
@@ -230,43 +210,46 @@ class Http1Relay(ReplySink):
         that brought it carried none). The Exchange learns of the head once it is out, and
         `response_headers` fires then: nothing but the head's bytes delays the first token."""
         request = self.request
-        self.head, self.chunked = response_head(
-            reply.status, reply.reason, reply.headers, request.method, request.keep_alive
+        self.head, self.chunked, until_close = response_head(
+            reply.status,
+            reply.reason,
+            reply.headers,
+            request.method,
+            keep_alive=request.keep_alive,
+            version=request.version,
         )
+        if until_close:
+            request.keep_alive = False  # the body's end is the connection's
         # Only a head taken whole counts: one that failed is never announced (the exchange
         # ends as `proxy_error` with the proxy's 500, which is not what the upstream said).
         self.began = True
         reply.attach(self)
 
-    async def relay_reply(self, reply: Reply) -> None:
+    async def relay(self, reply: Reply) -> Report:
         if self.bug is None and not self.began:
             self.begin(reply)
-        if self.bug is None and not self.head_sent and not self.gone:
+        if self.bug is None and not self.head_written and not self.gone:
             self.write_body(self.client, b"")
         await self.pump(reply)
         if self.bug is not None:
             raise self.bug
         if self.gone or (self.client.is_closing() and not self.delivered()):
-            self.finish(*self.tapped.left(Outcome.CLIENT_DISCONNECTED))
-            return
+            return Report(Fact.CLIENT_LEFT)
         if reply.error is not None:
-            self.abort_client()  # cut as the upstream cut it: the client sees what it would
-            self.finish(self.tapped.cut(reply.error))
-            return
+            return Report(Fact.UPSTREAM_CUT, error=reply.error)
         at = time.monotonic()
         if self.chunked:
             self.client.write(LAST_CHUNK)
-        # The duration ends with the last write, not after the reader's parse of a single
-        # reply (up to the tee limit: a large embedding).
-        self.tapped.close_reader(at)
-        self.finish(self.tapped.outcome(), at)
+        elif not self.request.keep_alive:
+            self.client.close()  # a body framed by the close ends here (once written)
+        return Report(Fact.REPLY_DONE, at=at)
 
     def delivered(self) -> bool:
         """The client has every byte of a complete reply (a chunked one ends only when the
         relay writes its last chunk, after this is asked)."""
         reply = self.reply
         return (
-            self.head_sent
+            self.head_written
             and not self.chunked
             and reply is not None
             and reply.ended
@@ -317,7 +300,7 @@ class Http1Relay(ReplySink):
 
     def write_body(self, client: asyncio.Transport, data: bytes) -> float:
         """Write a body piece (the head with the first); the monotonic time it was written."""
-        if self.head_sent:
+        if self.head_written:
             # Every piece after the first (the per-token path): no head to join. An empty
             # piece must not become a chunk: "0\r\n\r\n" would end the reply.
             if self.chunked and data:
@@ -328,7 +311,7 @@ class Http1Relay(ReplySink):
         frames: tuple[bytes, ...] = (
             chunk_frames(data) if self.chunked and data else (data,) if data else ()
         )
-        self.head_sent = True
+        self.head_written = True
         frames = (self.head, *frames)
         if len(frames) == 1:
             client.write(frames[0])
@@ -342,15 +325,13 @@ class Http1Relay(ReplySink):
         return at
 
     def announce(self) -> None:
-        """Fill the Exchange from the reply's head, once, and fire `request` (if not yet)
-        and `response_headers`."""
-        if not self.announced:
-            self.announced = True
+        """Fill the Exchange from the reply's head, once: `request` (if not yet) and
+        `response_headers` fire."""
+        if self.tapped.stage < Stage.HEADERS:
             reply = self.reply
             assert reply is not None
             headers = CIMultiDictProxy(CIMultiDict(reply.headers))
             self.tapped.reply_head(reply.status, headers, reply.arrived)
-            self.tapped.announce()
 
     def client_left(self) -> None:
         """The client went away mid-reply: close the upstream now so Ollama stops."""

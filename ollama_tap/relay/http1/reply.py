@@ -50,7 +50,7 @@ class Reply:
     `ended` plus `error` (None when the reply was complete).
     """
 
-    def __init__(self, conn: Link, head_only: bool) -> None:
+    def __init__(self, conn: Link, *, head_only: bool) -> None:
         self.conn = conn
         self.head_only = head_only
         """A reply to HEAD: it ends with its head whatever its Content-Length says."""
@@ -68,6 +68,10 @@ class Reply:
         """Called inside the socket callback once the head is parsed, before any body byte
         is handed on: a relay that can begin its reply there (attach a sink, write) saves
         the loop turn of waking the task that awaits `head`. Must not raise."""
+        self.interims: list[tuple[int, str, list[tuple[str, str]]]] = []
+        """Interim (1xx) replies before the final one, until the relay passes them on."""
+        self.on_interim: Callable[[], None] | None = None
+        """Called inside the socket callback when an interim reply joined `interims`."""
         self.pending: list[bytes] = []
         self.received = False
         """Some byte of the reply arrived (a request that got one is never retried)."""
@@ -109,7 +113,13 @@ class Reply:
         parser = self._parser()
         status = parser.get_status_code()
         if status < 200:
-            # 100 Continue and friends: skipped, as aiohttp's client skips them.
+            # Passed on as Caddy does (103 Early Hints, 102 Processing), but for 100
+            # Continue: the proxy met the client's expectation itself and asked none of
+            # the upstream (headers.NOT_UPSTREAM), so one from it answers nobody.
+            if status != 100:
+                self.interims.append((status, self.reason, self.headers))
+                if self.on_interim is not None:
+                    self.on_interim()
             self.interim, self.headers, self.reason = True, [], ""
             return
         self.status = status
@@ -148,7 +158,7 @@ class Reply:
         relay's callbacks; the parser's, once the reply ended) are dropped, so an exchange
         is freed when it ends rather than by the next garbage collection (which then
         stalls every stream for the time it takes to walk them all)."""
-        self.sink = self.on_head = None
+        self.sink = self.on_head = self.on_interim = None
         if self.ended:
             self.parser = None
         if self.error is not None:
@@ -179,7 +189,10 @@ class Reply:
             return
         where = "in the middle of its reply" if self.head.done() else "before answering"
         error = UpstreamGone(
-            f"Ollama closed the connection {where}", not self.received, exc is not None
+            f"Ollama closed the connection {where}",
+            unanswered=not self.received,
+            reset=exc is not None,
+            reused=self.conn.uses > 1,
         )
         self._end(error, False)
 

@@ -2,19 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import enum
+import time
+from collections.abc import Callable
 from typing import Final, Protocol
 
+from aiohttp import hdrs
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from ollama_tap.relay.http1.flow import Waiter
+from ollama_tap.relay.http1.flow import FlowControl, Waiter
 from ollama_tap.relay.http1.reply import Reply
 from ollama_tap.relay.incoming import Incoming
 
 BODY_HIGH_WATER: Final = 2 * 2**16
 """Request-body bytes held before the client's socket stops being read (aiohttp's figure:
 twice its stream reader's limit)."""
+STALL_SECONDS: Final = 75.0
+"""A request body of which no byte came for this long, while its exchange waits for it,
+cuts the connection (the idle cut of a keep-alive connection): a client that stalls does
+not hold two sockets for ever."""
+LINGER_SECONDS: Final = 10.0
+"""How long the rest of an upload Ollama answered early is read and dropped before the
+connection is cut (aiohttp's lingering time)."""
+
+
+class Parse(enum.Enum):
+    """Where a connection's parser is in its byte stream."""
+
+    BETWEEN = "between requests"
+    HEAD = "in a request head"
+    BODY = "in a request body"
 
 
 class Reading(Protocol):
@@ -118,6 +138,8 @@ class FrontRequest(Incoming):
         headers: CIMultiDict[str],
         remote: str,
         arrived: float,
+        *,
+        version: str,
         keep_alive: bool,
     ) -> None:
         # As aiohttp's parser builds it: URL(target) would read "//x/y" as host x, path /y.
@@ -136,9 +158,18 @@ class FrontRequest(Incoming):
         )
         self.body = content
         """The same object as `content`, typed as what it is: compiled, its calls are direct."""
-        self.keep_alive = keep_alive
+        self.version = version
+        """"1.1" or "1.0": the response head's version and framing follow it."""
+        upgrade = hdrs.UPGRADE in headers and "upgrade" in headers.get(hdrs.CONNECTION, "").lower()
+        self.keep_alive = keep_alive and not upgrade
+        """Whether the connection serves another request after this one: not after one that
+        asked to upgrade it (relayed as a plain request, but llhttp parses nothing after
+        it), nor after a reply that ends with the connection (the relay says so)."""
+        self.expects_continue = version == "1.1" and hdrs.EXPECT in headers
+        """The client waits for `100 Continue` before its body (the rule refused any other
+        expectation; RFC 9110 §10.1.1 has an HTTP/1.0 one ignored)."""
         self.longest_field = 0
-        """Bytes of the longest header name or value (aiohttp refuses past its limit)."""
+        """Bytes of the longest header name or value (refused past MAX_FIELD: serves.py)."""
         self.sent: Reply | None = None
         """The upstream's reply, when the request was sent from the callback it arrived in
         (`relay.send_on_arrival`), until its relay adopts it."""
@@ -156,3 +187,48 @@ def _has_body(headers: CIMultiDict[str]) -> bool:
         if lowered == "transfer-encoding" or (lowered == "content-length" and value.strip() != "0"):
             return True
     return False
+
+
+class BodyClock:
+    """The two time bounds on the request body a connection reads: STALL_SECONDS without
+    a byte while an exchange waits for it, LINGER_SECONDS for the dropped rest of an upload
+    answered early. Either cuts the connection (`cut`, told why). The callback lives only
+    in the armed timer: the connection and its clock make no cycle."""
+
+    def __init__(self, reading: FlowControl) -> None:
+        self.reading = reading
+        self.last_byte = 0.0
+        """Monotonic time of the body's last byte (the connection sets it as they come)."""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, cut: Callable[[str], None]) -> None:
+        """A body is streaming in: it must keep coming (unless a bound is armed already)."""
+        if self._timer is not None:
+            return
+        self.last_byte = time.monotonic()
+        self._timer = asyncio.get_running_loop().call_later(STALL_SECONDS, self._stalled, cut)
+
+    def linger(self, cut: Callable[[str], None]) -> None:
+        """Nobody reads the rest of the body: it must end within LINGER_SECONDS."""
+        self.stop()
+        self._timer = asyncio.get_running_loop().call_later(
+            LINGER_SECONDS, cut, "the dropped rest of an upload did not end in time"
+        )
+
+    def stop(self) -> None:
+        """The body ended (or the connection did)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _stalled(self, cut: Callable[[str], None]) -> None:
+        # Re-armed from the last byte rather than re-made at every read of the body.
+        now = time.monotonic()
+        if self.reading.reading_paused:
+            self.last_byte = now  # held back because the upload does not take it: no stall
+        due = self.last_byte + STALL_SECONDS
+        if due > now:
+            self._timer = asyncio.get_running_loop().call_later(due - now, self._stalled, cut)
+            return
+        self._timer = None
+        cut(f"no byte of the request body for {STALL_SECONDS:g} s")

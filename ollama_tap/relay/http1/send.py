@@ -20,13 +20,15 @@ def send_on_arrival(pool: UpstreamPool, target: UpstreamTarget, request: FrontRe
     if conn is None:
         return False
     body = request.body.whole() if request.has_body else None
-    head, _ = request_head(target, request, body, False)
-    request.sent = conn.send(head + (body or b""), request.method == "HEAD", True)
+    head, _ = request_head(target, request, body, streamed=False)
+    request.sent = conn.send(
+        head + (body or b""), head_only=request.method == "HEAD", complete=True
+    )
     return True
 
 
 def request_head(
-    target: UpstreamTarget, request: FrontRequest, body: bytes | None, streamed: bool
+    target: UpstreamTarget, request: FrontRequest, body: bytes | None, *, streamed: bool
 ) -> tuple[bytes, bool]:
     """The head this request goes upstream with, and whether its body goes chunked."""
     return upstream_head(
@@ -35,5 +37,5 @@ def request_head(
         target.headers_of(request),
         target.host,
         body,
-        streamed,
+        streamed=streamed,
     )

@@ -1,7 +1,9 @@
-"""The HTTP/1 transport's server: the listening socket's connections, parsed by llhttp.
+"""The HTTP/1 server: the listening socket's connections, parsed by llhttp.
 
-It relays what `serves.Rule` accepts; any other request goes, with its connection and every
-byte read so far, to aiohttp's server (the aiohttp transport), at a request boundary, for good.
+It relays every request for Ollama (HTTP/1.1 and HTTP/1.0, `Expect: 100-continue` met
+itself), refuses what cannot be relayed with one framing (serves.py), and gives a request
+for the proxy's own paths, with its connection and every byte read so far, to aiohttp's
+server at a request boundary, which answers it and closes the connection (relay/__init__.py).
 Kept from aiohttp's server: keep-alive, pipelined requests answered in order, bodies streamed
 with back-pressure, a client that leaves cancels its exchange, and a graceful shutdown.
 """
@@ -18,46 +20,42 @@ import structlog
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ollama_tap.ollama import error_body
-from ollama_tap.relay.failures import REFUSED_PIPELINED, ClientGone, unparseable_after
-from ollama_tap.relay.headers import MAX_FIELD, error_response, text
+from ollama_tap.relay import failures
+from ollama_tap.relay.failures import ClientGone
+from ollama_tap.relay.headers import text
 from ollama_tap.relay.http1.clients import Clients
 from ollama_tap.relay.http1.flow import FlowControl
 from ollama_tap.relay.http1.pool import UpstreamPool
 from ollama_tap.relay.http1.relay import Http1Relay
-from ollama_tap.relay.http1.request import FrontRequest
+from ollama_tap.relay.http1.request import BodyClock, FrontRequest, Parse
 from ollama_tap.relay.http1.send import send_on_arrival
-from ollama_tap.relay.http1.serves import Rule
+from ollama_tap.relay.http1.serves import (
+    MAX_FRAMING,
+    MAX_HEAD,
+    OWN,
+    TOO_LARGE,
+    Refusal,
+    Rule,
+    TooLarge,
+    origin_form,
+)
 from ollama_tap.relay.tap import Tap
 
 log = structlog.get_logger("ollama_tap.front")
 
-LINGER_SECONDS: Final = 10.0
-"""How long the rest of an upload Ollama answered early is read and dropped before the
-connection is cut (aiohttp's lingering time)."""
-MAX_HEAD: Final = 128 * 1024
-"""Bytes of a request head past which parsing stops (llhttp has no limit of its own): the
-request goes to aiohttp, which refuses it, or the connection is cut."""
-MAX_FRAMING: Final = MAX_FIELD
-"""Bytes of a chunked body's framing (chunk-size lines, extensions, trailer fields) in a row,
-without a body byte between them, past which the connection is cut: llhttp bounds none of
-them and httptools grows a trailer field by concatenation (aiohttp stops at 64 KiB too)."""
+CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 MAX_QUEUED: Final = 16
 """Pipelined requests parsed ahead of the one being answered before reading pauses."""
 
 
-class _HandOff(Exception):
-    """Raised inside the parser's callback: this request is aiohttp's."""
+class _Stop(Exception):
+    """Raised inside the parser's callback: this request is aiohttp's, or refused."""
 
 
-class _TooLarge(Exception):
-    """The request head passed MAX_HEAD, or a body's framing MAX_FRAMING."""
-
-
-Pending = Literal["hand-off", "refuse"]
-"""What waits for the running exchange to end: the connection goes to aiohttp, or what
-cannot be handed over (a request, or bytes that do not parse, begun in the read that ended
-the request before) is refused."""
+Pending = Literal["hand-off", "refuse", "close"]
+"""Parsing has stopped; what waits for the running exchange to end: the connection goes to
+aiohttp, a request is refused (`refusal`), or the connection closes (the parser stopped
+after a request that asked to upgrade its connection)."""
 
 
 class Front:
@@ -80,11 +78,6 @@ class Front:
     def __call__(self) -> FrontConnection:
         return FrontConnection(self)
 
-    def aiohttp_protocol(self) -> asyncio.Protocol:
-        server = self.clients.aiohttp
-        assert server is not None, "Front.attach was not called"
-        return server()
-
 
 class FrontConnection(asyncio.Protocol):
     """One client connection: requests parsed as they arrive, answered one at a time."""
@@ -104,8 +97,7 @@ class FrontConnection(asyncio.Protocol):
         self.raw: list[bytes] = []
         self.keeping = True
         self.whole = True
-        self.in_message = False
-        self.in_head = False
+        self.parsing = Parse.BETWEEN
         self.ended_in_read = False
         self.began = False
         """Whether a request began in the current read."""
@@ -115,9 +107,9 @@ class FrontConnection(asyncio.Protocol):
         """Bytes of the current head read so far (bounded by MAX_HEAD)."""
         self.framing = 0
         """Bytes of chunked framing since the last body byte (bounded by MAX_FRAMING)."""
-        self.refusal = REFUSED_PIPELINED
-        """What the 400 of a refused request says."""
-        self._linger: asyncio.TimerHandle | None = None
+        self.refusal = b""
+        """The response to a refused request (`serves.Refusal`)."""
+        self.clock = BodyClock(self.flow)
         self.url: list[bytes] = []
         self.header_list: list[tuple[str, str]] = []
         self.longest_field = 0
@@ -148,15 +140,19 @@ class FrontConnection(asyncio.Protocol):
         if self.keeping:
             self.raw.append(data)
         if self.pending is not None:
-            return  # parsing has stopped; reading is paused, and these bytes are aiohttp's
+            return  # parsing has stopped and reading is paused: aiohttp's bytes, or nobody's
         parser = self.parser
         if parser is None:
             return  # the connection was lost
         self.ended_in_read = self.began = self.fed = False
         try:
             parser.feed_data(data)
-        except (_HandOff, httptools.HttpParserError) as exc:
+        except (_Stop, httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self.fresh = None
+            if isinstance(exc, httptools.HttpParserUpgrade):
+                # llhttp parses nothing after a request that asked to upgrade: it was
+                # relayed as a plain one, and the connection ends with it.
+                self.pending = "close"
             # httptools re-raises a callback's exception, maybe wrapped: `pending` tells a
             # hand-off from bad bytes.
             if not self.handing_off():
@@ -167,9 +163,10 @@ class FrontConnection(asyncio.Protocol):
                 self.pause_reading()
             return
         self.fresh = None
-        if not self.in_message:
+        parsing = self.parsing
+        if parsing is Parse.BETWEEN:
             self.raw, self.keeping, self.whole = [], True, True
-        elif self.in_head:
+        elif parsing is Parse.HEAD:
             # llhttp buffers a header until it is whole, so the callbacks alone cannot bound
             # a head that never ends: a read that began inside the head counts whole; the
             # read the head began in counts what its callbacks saw (not the requests before
@@ -177,19 +174,24 @@ class FrontConnection(asyncio.Protocol):
             if not self.began:
                 self.head_size += len(data)
             if self.head_size > MAX_HEAD:
-                self.unparseable(_TooLarge("request head too large"))
+                self.unparseable(TooLarge("request head too large"), TOO_LARGE)
         elif self.current is not None:
             # The same for a chunked body's framing: a read without a body byte counts
             # whole; one with a body byte (or the head's end) starts the count again.
-            self.framing = 0 if self.fed else self.framing + len(data)
+            # A body that spans reads is watched for a stall (armed once, only for those).
+            clock = self.clock
+            if self.fed:
+                self.framing, clock.last_byte = 0, time.monotonic()
+            else:
+                self.framing += len(data)
+            clock.watch(self.cut)
             if self.framing > MAX_FRAMING:
-                self.unparseable(_TooLarge("chunk framing or trailer too large"))
+                self.unparseable(TooLarge("chunk framing or trailer too large"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.parser = None
         self.front.clients.leave(self)
-        if self._linger is not None:
-            self._linger.cancel()
+        self.clock.stop()
         if self.current is not None:
             self.current.body.fail(ClientGone("the client closed the connection"))
         relay = self.relay
@@ -208,7 +210,7 @@ class FrontConnection(asyncio.Protocol):
     # -- llhttp callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self.in_message = self.in_head = self.began = True
+        self.parsing, self.began = Parse.HEAD, True
         if self.ended_in_read:
             self.whole = False
         self.url, self.header_list, self.head_size, self.longest_field = [], [], 0, 0
@@ -230,12 +232,13 @@ class FrontConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         arrived = time.monotonic()
-        self.in_head = False
+        self.parsing = Parse.BODY
         self.fed = True
         self.framing = 0
         parser = self.parser
         assert parser is not None  # a callback of its own feed_data
-        target = text(b"".join(self.url))
+        target = origin_form(text(b"".join(self.url)))
+        version = parser.get_http_version()
         request = FrontRequest(
             self,
             parser.get_method().decode("ascii", "surrogateescape"),
@@ -243,12 +246,20 @@ class FrontConnection(asyncio.Protocol):
             CIMultiDict(self.header_list),
             self.remote,
             arrived,
-            parser.should_keep_alive() and not self.front.closing,
+            version=version,
+            keep_alive=parser.should_keep_alive() and not self.front.closing,
         )
         request.longest_field = self.longest_field
-        if not self.front.rule.serves(parser.get_http_version(), request, target):
-            self.pending = "hand-off" if self.whole else "refuse"
-            raise _HandOff
+        route = self.front.rule.route(version, request, target)
+        if route == OWN and self.whole:
+            self.pending = "hand-off"
+            raise _Stop
+        if route == OWN:
+            route = Refusal(400, failures.REFUSED_PIPELINED)
+        if isinstance(route, Refusal):
+            log.info("front_refused", status=route.status, error=route.message)
+            self.pending, self.refusal = "refuse", route.response(request.path, version)
+            raise _Stop
         self.current = request
         self.raw, self.keeping = [], False
         if self.task is None:
@@ -276,10 +287,8 @@ class FrontConnection(asyncio.Protocol):
             sent = request is self.fresh and send_on_arrival(front.pool, front.tap.target, request)
             if sent and front.debug:  # not even a filtered call otherwise: it runs per request
                 log.debug("sent_on_arrival", path=request.rel_url.raw_path)
-        if self._linger is not None:
-            self._linger.cancel()
-            self._linger = None
-        self.in_message = False
+        self.clock.stop()
+        self.parsing = Parse.BETWEEN
         self.ended_in_read = True
 
     # -- exchanges ----------------------------------------------------------------------
@@ -291,6 +300,12 @@ class FrontConnection(asyncio.Protocol):
 
     def start(self, request: FrontRequest) -> None:
         self.front.clients.wake(self)
+        if request.expects_continue and not request.body.is_eof():
+            # Met here, as nginx and aiohttp meet it, rather than passed upstream as Caddy
+            # does: an upstream may ignore Expect (RFC 9110), and the body would then wait
+            # for a 100 that never comes. Written when the exchange starts, so never in the
+            # middle of the reply before it.
+            self.transport.write(CONTINUE)
         self.task = asyncio.get_running_loop().create_task(self.serve(request))
 
     async def serve(self, request: FrontRequest) -> None:
@@ -309,10 +324,10 @@ class FrontConnection(asyncio.Protocol):
                 request.sent.drop()
         if not request.body.is_eof():
             # The exchange ended before its upload (Ollama answered early): the rest of the
-            # body is read and dropped for up to LINGER_SECONDS, as aiohttp's server does,
-            # keeping the connection if it ends in time.
+            # body is read and dropped for a while, as aiohttp's server does, keeping the
+            # connection if it ends in time.
             request.body.discard()
-            self._linger = asyncio.get_running_loop().call_later(LINGER_SECONDS, self._lingered)
+            self.clock.linger(self.cut)
         self.after_exchange(request.keep_alive and not front.closing)
 
     def after_exchange(self, keep: bool) -> None:
@@ -330,55 +345,43 @@ class FrontConnection(asyncio.Protocol):
         elif self.pending == "hand-off":
             self.hand_off()
         elif self.pending == "refuse":
-            self.refuse()
+            transport.write(self.refusal)
+            transport.close()
+        elif self.pending == "close":
+            transport.close()
         else:
             self.front.clients.rest(self)
 
     def hand_off(self) -> None:
-        """Give the connection, and every byte of the current request, to aiohttp."""
-        self.front.clients.leave(self)
+        """Give the connection, and every byte of the current request, to aiohttp's server."""
         self.parser = None
-        transport, data = self.transport, b"".join(self.raw)
-        self.raw = []
-        handler = self.front.aiohttp_protocol()
-        transport.set_protocol(handler)
-        handler.connection_made(transport)
-        if self.flow.reading_paused:
-            transport.resume_reading()
-        if data:
-            handler.data_received(data)
+        data, self.raw = b"".join(self.raw), []
+        self.front.clients.hand_off(self, data, paused=self.flow.reading_paused)
 
-    def refuse(self) -> None:
-        body = error_body("ollama", 400, self.refusal)
-        self.transport.write(error_response(400, body, keep_alive=False))
-        self.transport.close()
-
-    def unparseable(self, exc: Exception) -> None:
-        """Bytes llhttp refuses, or a head or framing past its bound. Between requests,
-        reading stops, and what came before is answered first: then aiohttp's server
-        answers them (400) if they begin a request it can be given, else the front's 400
-        closes the connection (as nginx and aiohttp answer bytes behind a request in the
-        same read). Inside a body, the connection is cut."""
+    def unparseable(self, exc: Exception, refusal: Refusal | None = None) -> None:
+        """Bytes llhttp refuses (an ambiguous framing among them), or a head or framing past
+        its bound. Between requests, reading stops, and what came before is answered first:
+        then the proxy's 400 (`refusal`, else one that quotes llhttp) closes the connection,
+        as nginx answers. Inside a body, the connection is cut."""
         error = str(exc) or type(exc).__name__
+        log.info("front_unparseable", error=error)
         if self.current is None:
-            if self.whole:
-                self.pending = "hand-off"
-            else:
-                log.info("front_unparseable", error=error)
-                self.pending, self.refusal = "refuse", unparseable_after(error)
+            refusal = refusal or Refusal(400, failures.unparseable(error))
+            self.pending, self.refusal = "refuse", refusal.response("", "1.1")
             if self.task is None:
                 self.after_exchange(keep=True)
             else:
                 self.pause_reading()
             return
-        log.info("front_unparseable", error=error)
         self.current.body.fail(ClientGone(f"the request could not be parsed: {error}"))
         self.transport.abort()
 
-    def _lingered(self) -> None:
-        """The dropped rest of an upload did not end in time: the connection goes."""
-        self._linger = None
-        if self.current is not None and self.task is None:
+    def cut(self, why: str) -> None:
+        """A body stalled, or its dropped rest did not end in time: the connection goes
+        (and an exchange waiting for the body ends as the client's doing)."""
+        if self.current is not None:
+            log.info("front_body_cut", error=why)
+            self.current.body.fail(ClientGone(why))
             self.transport.abort()
 
     def close_if_idle(self) -> None:
