@@ -124,8 +124,8 @@ def make_app(
     clients.on_free(lambda client: inflight.forget("client", client))
     otel = start_otel(settings, registry, poller.context_length)
     traced = otel.observers if otel is not None else []
-    truncation = TruncationObserver(registry, labels, poller)
     loads = LoadTracker(registry, labels, poller)
+    truncation = TruncationObserver(registry, labels, poller, loads.stale_row)
     poller.on_ps(loads.ps)
     # The names first: every other observer sees the client's name, and a reply head that
     # proves a model's name does so before the others look; the truncation verdict and the

@@ -28,12 +28,15 @@ from ollama_tap.loads.state import (
     Pending,
     Runner,
     cause_of,
+    flushes_on_oom,
     matches,
+    row_stale,
     why_gone,
 )
 from ollama_tap.measures import COLD_START_NS
 from ollama_tap.names import ModelLabels, model_key, valid_key
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
+from ollama_tap.ollama.request import honoured_keep_alive, honoured_options, reads_runner_fields
 from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import parse_version
 
@@ -56,7 +59,7 @@ class Upstream(Protocol):
 
     def digest_of(self, model: str | None) -> str | None: ...
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None]: ...
+    def model_facts(self, model: str | None) -> tuple[str, int | None, bool]: ...
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None: ...
 
@@ -100,13 +103,16 @@ class LoadTracker:
             return
         key = self._key(model)
         runner = self._runner(key, model)
-        family, train = self.upstream.model_facts(model)
+        facts = ModelFacts(*self.upstream.model_facts(model))
+        native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
         opts = runner_options(
-            ex.request.options,
-            shift_field(ex.request_body),
-            ModelFacts(family, train),
+            honoured_options(ex),
+            shift_field(ex.request_body) if native else None,
+            facts,
             parse_version(self.upstream.version),
         )
+        if honoured_keep_alive(ex) is not None:
+            runner.unload_after = None  # a later keep_alive overwrites a deferred 0
         now = time.time()
         if runner.resident and runner.expired_idle(now):
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
@@ -117,7 +123,7 @@ class LoadTracker:
         if runner.resident:
             ctx = runner.row.context_length if runner.row is not None else None
             p.changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
-            if p.changes:
+            if any(c.certain for c in p.changes):
                 self._predicted(ex, p)
         runner.flight[ex.id] = p
         ex.metadata[NAME] = p
@@ -128,6 +134,7 @@ class LoadTracker:
             return
         runner = self._runner(p.key, p.model)
         runner.flight.pop(p.id, None)
+        runner.last_end = time.time()
         event = None
         load = ex.usage.load_duration if ex.usage is not None else 0
         long_load_reply = ex.done_reason == "load" and (ex.duration or 0.0) * 1e9 > COLD_START_NS
@@ -149,15 +156,18 @@ class LoadTracker:
 
     def _after(self, runner: Runner, p: Pending, ex: Exchange) -> None:
         """What the end of a request says about its runner's future: unloaded, failed."""
-        if matches(OOM_TEXTS, ex.error_message):
+        version = parse_version(self.upstream.version)
+        if matches(OOM_TEXTS, ex.error_message) and flushes_on_oom(version):
             self._oom_at = time.monotonic()
         runner.failed = matches(DIED_TEXTS, ex.error_message) or ex.outcome is Outcome.INCOMPLETE
         unload = ex.done_reason == "unload" or (
-            is_zero_keep_alive(ex.request.keep_alive) and ex.outcome is Outcome.OK
+            is_zero_keep_alive(honoured_keep_alive(ex)) and ex.outcome is Outcome.OK
         )
         if unload and (p.resident or runner.resident):
-            runner.resident = False
-            runner.departure = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
+            runner.unload_after = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
+        if runner.unload_after is not None and not runner.flight:
+            runner.resident, runner.departure = False, runner.unload_after
+            runner.unload_after = None
             runner.unloading_until = time.monotonic() + UNLOADING
             self.upstream.poke_ps()
 
@@ -180,7 +190,8 @@ class LoadTracker:
             return
         appeared = [
             k for k, row in rows.items()
-            if not self._runner(k, row.name).resident and not self._unloading(k, mono)
+            if (not (r := self._runner(k, row.name)).resident or r.relisted(row))
+            and not self._unloading(k, mono)
         ]  # fmt: skip
         # What may have made room: a model new in this read, one a reply showed loading,
         # or one a request is waiting for (absent while it loads).
@@ -201,7 +212,7 @@ class LoadTracker:
                 if runner.opts is not None and "num_ctx" not in runner.opts:
                     runner.auto_ctx = row.context_length
                 runner.fresh = None
-            runner.row = row
+            runner.row, runner.row_idle, runner.row_at = row, not runner.flight, now
 
     def _baseline(self, rows: dict[str, LoadedModel], *, restart: bool) -> None:
         """The first snapshot (or the first after Ollama was down): models listed are
@@ -215,7 +226,7 @@ class LoadTracker:
                 self._ps_load(runner, row, time.monotonic())  # loading for a request seen
             elif not runner.resident:
                 runner.resident, runner.seen, runner.opts = True, True, None
-            runner.row = row
+            runner.row, runner.row_idle, runner.row_at = row, not runner.flight, time.time()
             self._zeros(runner.name)
 
     def _gone(self, key: str, runner: Runner, now: float, mono: float, loaders: list[str]) -> None:
@@ -292,7 +303,7 @@ class LoadTracker:
         if p is not None:
             self._trigger(event, p)
             event.changes = list(p.changes) if cause is Cause.OPTIONS_CHANGED else []
-            event.predicted = bool(p.changes)
+            event.predicted = any(c.certain for c in p.changes)
             runner.opts = p.opts
         else:
             runner.opts = None
@@ -346,6 +357,14 @@ class LoadTracker:
         if runner is None:
             runner = self._runners[key] = Runner(self.labels.spelling(name) or name)
         return runner
+
+    def stale_row(self, ex: Exchange) -> bool:
+        """Whether the last /api/ps row of the exchange's model may describe another runner
+        than the one that served it: the runner was not resident when the request came,
+        the request was to change its options, or no read has listed it since its load.
+        Asked by the truncation rules (their C) before this tracker's `response`."""
+        p = ex.metadata.get(NAME)
+        return isinstance(p, Pending) and row_stale(p, self._runners.get(p.key))
 
     def _unloading(self, key: str, mono: float) -> bool:
         return self._runners[key].unloading_until > mono

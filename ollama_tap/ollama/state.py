@@ -8,6 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from ollama_tap.names import is_valid_name
+from ollama_tap.ollama.payloads import count_or_none, dict_or_none, str_or_empty
+
+Shown = tuple[tuple[str, str, str], tuple[int | None, bool]]
+"""What the poller keeps of /api/show: (family, parameter size, quantization) and
+(training context, vision)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +28,8 @@ class LoadedModel:
     """The name /api/ps lists (the name of the request that loaded the runner)."""
     expires_at: float | None = None
     """Unix seconds of `expires_at`, None when absent or unreadable."""
+    format: str = ""
+    """`details.format`: "gguf", or "safetensors" for an MLX runner (x/mlxrunner)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +69,19 @@ def entries(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         if isinstance(name, str) and is_valid_name(name):
             out.append((name, entry))
     return out
+
+
+def shown_facts(data: dict[str, Any]) -> Shown:
+    """The details labels, the training context (`<arch>.context_length`) and whether the
+    model is a vision one (`capabilities` holds "vision") of an /api/show reply."""
+    d = dict_or_none(data.get("details")) or {}
+    info = dict_or_none(data.get("model_info")) or {}
+    arch = str_or_empty(info.get("general.architecture"))
+    details = (
+        str_or_empty(d.get("family")),
+        str_or_empty(d.get("parameter_size")),
+        str_or_empty(d.get("quantization_level")),
+    )
+    train = count_or_none(info.get(f"{arch}.context_length")) if arch else None
+    capabilities = data.get("capabilities")
+    return details, (train, isinstance(capabilities, list) and "vision" in capabilities)

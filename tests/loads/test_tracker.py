@@ -30,8 +30,8 @@ class Upstream:
     def digest_of(self, model: str | None) -> str | None:
         return {"llama3.2": "d-a", A: "d-a", B: "d-b"}.get(model or "")
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None]:
-        return ("llama", 131072)
+    def model_facts(self, model: str | None) -> tuple[str, int | None, bool]:
+        return ("llama", 131072, False)
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None:
         self.pokes += 1
@@ -182,7 +182,11 @@ def test_an_unload_reply_for_a_model_not_loaded_is_no_departure(rig: Rig) -> Non
         ({}, {"num_gpu": -1, "temperature": 0.2, "num_keep": 10}, []),
         ({}, {"num_gpu": 20}, ["num_gpu auto → 20"]),
         ({"use_mmap": False}, {}, ["use_mmap false → auto"]),
+        # An automatic runner may have chosen 1024 itself (`automaticGenerationBatch`):
+        # listed, not predicted; 1000 it never chooses.
         ({}, {"num_batch": 1024, "num_thread": 0}, ["num_batch auto → 1024"]),
+        ({}, {"num_batch": 1000}, ["num_batch auto → 1000"]),
+        ({"num_batch": 512}, {}, []),  # an unset request compares as 512 (DefaultOptions)
     ],
 )
 def test_the_reload_prediction(
@@ -194,7 +198,8 @@ def test_the_reload_prediction(
     ex = rig.start(A, options=request_options)
     assert [c.text for c in ex.metadata["loads"].changes] == predicted
     for change in ex.metadata["loads"].changes:
-        assert rig.value("reload_predicted_total", model=A, field=change.field) == 1
+        counted = rig.value("reload_predicted_total", model=A, field=change.field)
+        assert counted == (1 if change.certain else None)
 
 
 @pytest.mark.parametrize(
