@@ -12,11 +12,11 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.fake_ollama.context import cloud_model, is_cloud, plan
+from tests.support.fake_ollama.context import cloud_model, is_cloud, parse_version, plan
 from tests.support.fake_ollama.gojson import go_time
 from tests.support.fake_ollama.models import FakeModel, LoadedModel, canonical_name, default_models
 from tests.support.fake_ollama.replies import Refused
-from tests.support.fake_ollama.scheduler import Scheduler
+from tests.support.fake_ollama.scheduler import OOM_FLUSH, OOM_TEXTS, Scheduler
 from tests.support.fake_ollama.script import (
     Chunk,
     Error,
@@ -119,7 +119,7 @@ class Engine:
             options, shift, body.get("keep_alive") is not None,
         )  # fmt: skip
         if self.context_rules:
-            run.plan = plan(model, body, num_ctx, chat=chat)
+            run.plan = plan(model, body, num_ctx, chat=chat, version=parse_version(self.version))
         return run
 
     def mark_loaded(self, run: Run) -> None:
@@ -146,9 +146,16 @@ class Engine:
             await scheduler.acquire(run)
             try:
                 async for event in self._produce(run, context=context):
+                    if isinstance(event, Error) and self._flushes(event.message):
+                        scheduler.flush_oom()
                     yield event
             finally:
                 scheduler.release(run)
+
+    def _flushes(self, message: str) -> bool:
+        """Whether this error makes Ollama expire every runner (`IsOutOfMemoryMessage`)."""
+        low = message.lower()
+        return parse_version(self.version) >= OOM_FLUSH and any(t in low for t in OOM_TEXTS)
 
     async def _produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
         script = self.script
@@ -246,7 +253,29 @@ class Engine:
     ) -> tuple[str, Run]:
         name = str(body.get("model") or "")
         model = self.require(name, "model '{name}' not found")
-        return name, self.run(model, body, start_ns, think=think, chat=chat)
+        return name, self.run(model, compat_body(body), start_ns, think=think, chat=chat)
+
+
+IGNORED_ON_V1 = ("options", "keep_alive", "shift", "truncate")
+"""Fields a /v1 body may carry that Ollama never reads there: the compat request structs
+have none of them (`openai/openai.go` `ChatCompletionRequest`, `CompletionRequest`,
+`EmbedRequest`; `openai/responses.go`; `anthropic/anthropic.go` maps only max_tokens,
+temperature, top_p, top_k and stop), so the native request it builds leaves them unset
+(F§1 #4; every version with /v1)."""
+
+
+def compat_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A /v1 body as the native request the middleware builds from it: the fields above
+    dropped, a Responses `input` (and `instructions`) turned into messages."""
+    out = {k: v for k, v in body.items() if k not in IGNORED_ON_V1}
+    if "input" in body and "messages" not in body:
+        items = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        out["messages"] = [
+            {"role": "user", "content": item} if isinstance(item, str) else item for item in items
+        ]
+        if isinstance(body.get("instructions"), str):
+            out["system"] = body["instructions"]
+    return out
 
 
 Handler = Callable[[Engine, web.Request], Awaitable[web.StreamResponse]]

@@ -54,7 +54,9 @@ class LoadedModel:
     """A model /api/ps shows: until when it stays, with which runtime context."""
 
     expires_at_ns: int
+    """0 while a runner loads for its first request: /api/ps then shows now + session."""
     context_length: int
+    session_ns: int = 0
 
 
 def default_models() -> dict[str, FakeModel]:

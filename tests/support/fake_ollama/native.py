@@ -9,12 +9,13 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from tests.support.fake_ollama.context import embed_counts
+from tests.support.fake_ollama.context import EMBED_ERROR, count, embed_counts, runtime_context
 from tests.support.fake_ollama.engine import Engine, Route
 from tests.support.fake_ollama.gojson import epoch_ns, go_json, go_time
 from tests.support.fake_ollama.incoming import json_body
 from tests.support.fake_ollama.models import embedding, normalized, token_estimate
 from tests.support.fake_ollama.replies import LazyStream, Refused, die, gin_json, send
+from tests.support.fake_ollama.scheduler import FOREVER_NS
 from tests.support.fake_ollama.script import Chunk, Die, Error, Run, fold
 
 T = TypeVar("T")
@@ -122,7 +123,10 @@ async def ps(fake: Engine, request: web.Request) -> web.StreamResponse:
             "size": m.size,
             "digest": m.digest,
             "details": m.details,
-            "expires_at": go_time(state.expires_at_ns, local=True),
+            "expires_at": go_time(
+                state.expires_at_ns or min(time.time_ns() + state.session_ns, FOREVER_NS),
+                local=True,
+            ),
             "size_vram": m.size_vram,
             "context_length": state.context_length,
         }
@@ -255,6 +259,10 @@ async def embeddings(fake: Engine, request: web.Request) -> web.StreamResponse:
     run = fake.run(model, body, time.monotonic_ns(), think=False, chat=False)
     await fake.embed_phases(run)
     prompt = body.get("prompt") or ""
+    if fake.context_rules and count(prompt) + 2 > runtime_context(model, run.num_ctx):
+        # No truncation on the legacy route: llama-server's refusal, wrapped in a 500
+        # (`routes.go` EmbeddingsHandler, 1084-1089; F§1 #13).
+        raise Refused(500, EMBED_ERROR)
     # The legacy route widens each float32 to float64, so the long digits show.
     vector = [float(v) for v in embedding(model, prompt)] if prompt else []
     return await gin_json(request, {"embedding": vector})

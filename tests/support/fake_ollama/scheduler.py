@@ -24,6 +24,21 @@ if TYPE_CHECKING:
 
 FOREVER_NS = (1 << 63) - 1
 _INT_FIELDS = ("num_batch", "num_gpu", "main_gpu", "num_thread", "draft_num_predict")
+DEFAULT_BATCH = 512
+"""`api.DefaultOptions` NumBatch: an unset request compares as 512 (`needsReload`)."""
+AUTO_BATCH = 512
+"""The batch the fake's `automaticGenerationBatch` chooses for a runner loaded with
+num_batch unset (Ollama picks 256–2048 by memory; the fake's models all get 512)."""
+AUTO_MMAP = True
+"""The use_mmap the fake chooses for a runner loaded with it unset."""
+OOM_TEXTS = (
+    "out of memory", "out of device memory", "cudamalloc failed", "hipmalloc failed",
+    "failed to allocate", "allocation failed", "not enough memory", "insufficient memory",
+    "vk_error_out_of_device_memory", "erroroutofmemory",
+)  # fmt: skip
+"""`llm/status.go` `outOfMemorySubstrings` (fb30760), matched lower-cased."""
+OOM_FLUSH = (0, 30, 0)
+"""`expireRunnersForRuntimeOOM` arrived with the llama-server runners (F§1 #12)."""
 
 
 def train_context(model: FakeModel) -> int:
@@ -44,11 +59,13 @@ class RunnerOptions:
     @classmethod
     def of(cls, run: Run) -> RunnerOptions:
         """DefaultOptions ← request options (§7.2; the fake has no Modelfile PARAMETERs).
-        `num_ctx` < 4 is 4 and it is capped at the training context (`getRunner`, §7.1);
-        unset, it is the model's automatic context (`FakeModel.context_length`)."""
+        `num_ctx` < 4 is 4 (2048 for a vision model) and it is capped at the training
+        context (`getRunner`, §7.1); unset, it is the model's automatic context
+        (`FakeModel.context_length`)."""
         opts = run.options
         explicit = isinstance(opts.get("num_ctx"), int) and not isinstance(opts["num_ctx"], bool)
-        num_ctx = max(int(opts["num_ctx"]), 4) if explicit else run.model.context_length
+        floor = 2048 if "vision" in run.model.capabilities else 4  # getRunner (F§1 #9)
+        num_ctx = max(int(opts["num_ctx"]), floor) if explicit else run.model.context_length
         ints = {f: opts[f] if isinstance(opts.get(f), int) else None for f in _INT_FIELDS}
         mmap = opts.get("use_mmap") if isinstance(opts.get("use_mmap"), bool) else None
         family = run.model.details.get("family", "")
@@ -58,8 +75,10 @@ class RunnerOptions:
 
 def needs_reload(runner: RunnerOptions, request: RunnerOptions) -> bool:
     """`needsReload` (sched.go:1381-1431): num_ctx unless both are auto; num_gpu only when
-    the request sets it ≥ 0; a nil use_mmap matches a runner that chose it itself; the
-    `shift` launch flag; everything else compared as is. keep_alive never reloads."""
+    the request sets it ≥ 0; num_batch with an unset request as 512 and an automatic
+    runner as the batch it chose; a nil use_mmap matches a runner that chose it itself,
+    not an explicit one (F§1 #10); the `shift` launch flag; everything else compared as
+    is. keep_alive never reloads."""
     if runner.shift != request.shift:
         return True
     if not (runner.num_ctx_auto and request.num_ctx_auto) and runner.num_ctx != request.num_ctx:
@@ -72,9 +91,14 @@ def needs_reload(runner: RunnerOptions, request: RunnerOptions) -> bool:
             old = -1 if old is None else old
         if name in {"num_thread", "draft_num_predict"}:
             old, new = old or 0, new or 0
+        if name == "num_batch":
+            old = AUTO_BATCH if old is None else old
+            new = DEFAULT_BATCH if new is None else new
         if old != new:
             return True
-    return request.use_mmap is not None and runner.use_mmap != request.use_mmap
+    if request.use_mmap is None:
+        return runner.use_mmap is not None
+    return (AUTO_MMAP if runner.use_mmap is None else runner.use_mmap) != request.use_mmap
 
 
 @dataclass
@@ -152,6 +176,14 @@ class Scheduler:
         if runner.refs == 0:
             self._drop(runner)
 
+    def flush_oom(self) -> None:
+        """`expireRunnersForRuntimeOOM` (v0.30.0+): an out-of-memory error from a runner
+        expires every runner; idle ones unload now, busy ones when they go idle."""
+        for runner in list(self.runners.values()):
+            runner.session = 0
+            if runner.refs == 0:
+                self._drop(runner)
+
     def sweep(self) -> None:
         """keep_alive expiry (§7.4): idle runners past `expiresAt` unload."""
         now = time.time_ns()
@@ -173,19 +205,28 @@ class Scheduler:
         self._drop(runner)
 
     def _use(self, runner: FakeRunner, run: Run) -> None:
-        # A later request that carries keep_alive overwrites sessionDuration (§7.4); while
-        # busy, /api/ps shows now + sessionDuration (§8.2).
+        """`useLoadedRunner`: a later request that carries keep_alive overwrites
+        sessionDuration (§7.4); the expiry timer stops and `expiresAt` is left as it was,
+        possibly past, until refCount 0 sets a new one (F§1 #6). A runner loading for its
+        first request has none: /api/ps shows a moving now + sessionDuration
+        (`loadedModels`)."""
         if run.keep_alive_set:
             runner.session = run.keep_alive
         runner.refs += 1
         runner.idle.clear()
-        self._expire_in(runner, runner.session)
+        self._show(runner)
 
     def _expire_in(self, runner: FakeRunner, seconds: float) -> None:
         lifetime = FOREVER_NS if math.isinf(seconds) else int(seconds * 1e9)
         runner.expires_at_ns = min(time.time_ns() + lifetime, FOREVER_NS)
+        self._show(runner)
+
+    def _show(self, runner: FakeRunner) -> None:
+        session = runner.session
         self.engine.loaded[runner.model.name] = LoadedModel(
-            expires_at_ns=runner.expires_at_ns, context_length=runner.options.num_ctx
+            expires_at_ns=runner.expires_at_ns,
+            context_length=runner.options.num_ctx,
+            session_ns=FOREVER_NS if math.isinf(session) else int(max(session, 0) * 1e9),
         )
 
     def _drop(self, runner: FakeRunner) -> None:
