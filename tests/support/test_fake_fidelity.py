@@ -294,3 +294,16 @@ async def test_15_keep_alive_zero_waits_for_the_requests_in_flight(
     assert LLAMA in await ps(session, fake), "still busy"
     await slow
     assert await ps(session, fake) == {}
+
+
+async def test_16_names_on_one_blob_share_a_runner(
+    fake: FakeOllama, session: aiohttp.ClientSession
+) -> None:
+    sched = fake.scheduler = Scheduler(fake, load_seconds=0.01)
+    variant = new_model("llama-variant:latest")
+    variant.blob = fake.models[LLAMA].blob  # a Modelfile FROM llama3.2 with a new SYSTEM
+    fake.models[variant.name] = variant
+    await post(session, fake, "/api/generate", model=LLAMA, prompt="x")
+    await post(session, fake, "/api/generate", model="llama-variant", prompt="x")
+    assert sched.loads == [LLAMA]
+    assert set(await ps(session, fake)) == {LLAMA}, "listed under the loader's name"

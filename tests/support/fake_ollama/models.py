@@ -42,6 +42,11 @@ class FakeModel:
     template: str = "{{ .Prompt }}"
     parameters: str = ""
     license: str = ""
+    blob: str = ""
+    """The weights' blob digest (the manifest `digest` when empty): what a runner is keyed by."""
+
+    def __post_init__(self) -> None:
+        self.blob = self.blob or self.digest
 
     @property
     def embedding_length(self) -> int:

@@ -128,15 +128,18 @@ class Scheduler:
 
     async def acquire(self, run: Run) -> None:
         """Give `run` a runner: the resident one when `needsReload` says no (the fast path,
-        §7.1, never queued), else load one, evicting to make room (§7.3)."""
+        §7.1, never queued), else load one, evicting to make room (§7.3). Runners are keyed
+        by the model's blob (`s.loaded[pending.model.ModelPath]`, every version), so names
+        that share one (`ollama cp`, Modelfile variants) share a runner, which /api/ps
+        lists under the name that loaded it (F§1 #16)."""
         self.sweep()
         wanted = RunnerOptions.of(run)
-        runner = self.runners.get(run.model.name)
+        runner = self.runners.get(run.model.blob)
         if runner is not None and not needs_reload(runner.options, wanted):
             self._use(runner, run)
             return
         async with self._pending:  # processPending: one pending request at a time (§7.1)
-            runner = self.runners.get(run.model.name)
+            runner = self.runners.get(run.model.blob)
             if runner is not None and needs_reload(runner.options, wanted):
                 await self._unload(runner)
             elif runner is not None:
@@ -147,14 +150,14 @@ class Scheduler:
             await asyncio.sleep(self.load_seconds)
             session = run.keep_alive if run.keep_alive_set else self.engine.default_keep_alive
             runner = FakeRunner(run.model, wanted, session)
-            self.runners[run.model.name] = runner
+            self.runners[run.model.blob] = runner
             self.loads.append(run.model.name)
             self._use(runner, run)
 
     def release(self, run: Run) -> None:
         """A request ended (`processCompleted`, §7.4): at refCount 0, unload when the
         session is ≤ 0, else `expiresAt = now + sessionDuration`."""
-        runner = self.runners.get(run.model.name)
+        runner = self.runners.get(run.model.blob)
         if runner is None:
             return
         runner.refs -= 1
@@ -169,7 +172,7 @@ class Scheduler:
     def unload_now(self, model: FakeModel) -> None:
         """An empty prompt with keep_alive 0 (`expireRunner`, §7.4): expires now, goes when
         idle."""
-        runner = self.runners.get(model.name)
+        runner = self.runners.get(model.blob)
         if runner is None:
             return
         runner.session = 0
@@ -230,7 +233,7 @@ class Scheduler:
         )
 
     def _drop(self, runner: FakeRunner) -> None:
-        self.runners.pop(runner.model.name, None)
+        self.runners.pop(runner.model.blob, None)
         self.engine.loaded.pop(runner.model.name, None)
 
     def options_of(self, name: str) -> dict[str, Any] | None:
