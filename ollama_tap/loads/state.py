@@ -114,8 +114,17 @@ class Runner:
 
 def row_stale(p: Pending, runner: Runner | None) -> bool:
     """Whether the last /api/ps row may describe another runner than the one that served
-    `p`: not resident when it came, sent to change its options, or not read since."""
-    return not p.resident or bool(p.changes) or runner is None or runner.row is None
+    `p`: not resident when it came, sent to change its options, or not read since. A
+    request that leaves num_ctx unset (every /v1 one) runs with the automatic context
+    (`needsReload` reloads an explicit runner that differs from it), so the row is its
+    context only when an unset request loaded the runner, or the row shows the automatic
+    context an earlier one got; a runner loaded out of sight is not trusted for it."""
+    if not p.resident or p.changes or runner is None or runner.row is None:
+        return True
+    if "num_ctx" in p.opts:
+        return False
+    auto = runner.opts is not None and "num_ctx" not in runner.opts
+    return not auto and runner.row.context_length != runner.auto_ctx
 
 
 def cause_of(runner: Runner, p: Pending | None) -> tuple[Cause, Departure | None]:

@@ -238,7 +238,7 @@ class Scheduler:
 
     def options_of(self, name: str) -> dict[str, Any] | None:
         """The resident runner's num_ctx and shift (for a test's assertions)."""
-        runner = self.runners.get(name)
+        runner = next((r for r in self.runners.values() if r.model.name == name), None)
         return (
             None
             if runner is None
