@@ -307,3 +307,47 @@ async def test_16_names_on_one_blob_share_a_runner(
     await post(session, fake, "/api/generate", model="llama-variant", prompt="x")
     assert sched.loads == [LLAMA]
     assert set(await ps(session, fake)) == {LLAMA}, "listed under the loader's name"
+
+
+@pytest.mark.parametrize(
+    ("version", "vram", "env", "context"),
+    [
+        ("0.6.6", 48.0, 0, 2048),
+        ("0.6.7", 48.0, 0, 4096),
+        ("0.15.4", 48.0, 0, 4096),
+        ("0.15.5", 16.0, 0, 4096),  # the VRAM tiers start here
+        ("0.15.5", 24.0, 0, 32768),
+        ("0.15.5", 48.0, 0, 40960),  # 262144, capped at qwen3's training context
+        ("0.33.0", 48.0, 8192, 8192),  # OLLAMA_CONTEXT_LENGTH
+    ],
+)
+async def test_the_default_context_by_version_and_vram(
+    fake: FakeOllama, session: aiohttp.ClientSession, version: str, vram: float, env: int,
+    context: int,
+) -> None:  # fmt: skip
+    fake.version, fake.total_vram_gib, fake.context_length_env = version, vram, env
+    fake.scheduler = Scheduler(fake, load_seconds=0.01)
+    await post(session, fake, "/api/generate", model="qwen3:8b", prompt="x")
+    assert (await ps(session, fake))["qwen3:8b"]["context_length"] == context
+
+
+@pytest.mark.parametrize(("version", "reduced"), [("0.24.0", None), ("0.30.0", 4096)])
+async def test_an_automatic_context_that_does_not_fit_is_retried_smaller(
+    fake: FakeOllama, session: aiohttp.ClientSession, version: str, reduced: int | None
+) -> None:
+    fake.version, fake.total_vram_gib = version, 48.0
+    sched = fake.scheduler = Scheduler(fake, load_seconds=0.01)
+    sched.context_fits = 20000
+    status, reply = await post(session, fake, "/api/generate", model=LLAMA, prompt="x")
+    if reduced is None:
+        assert status == 500 and "out of memory" in reply["error"]
+        return
+    assert status == 200
+    assert (await ps(session, fake))[LLAMA]["context_length"] == reduced
+    # Another request that leaves num_ctx unset: both automatic, the same runner.
+    await post(session, fake, "/api/generate", model=LLAMA, prompt="x")
+    assert sched.loads == [LLAMA]
+    status, _ = await post(
+        session, fake, "/api/generate", model=LLAMA, prompt="x", options={"num_ctx": 65536}
+    )
+    assert status == 500, "an explicit context is not reduced"

@@ -73,15 +73,33 @@ def shift_limit(c: int, keep: int) -> int:
 
 def train_context(model: FakeModel) -> int:
     architecture = model.model_info.get("general.architecture", "")
-    return int(model.model_info.get(f"{architecture}.context_length", model.context_length))
+    fallback = model.context_length or 1 << 20
+    return int(model.model_info.get(f"{architecture}.context_length", fallback))
 
 
-def runtime_context(model: FakeModel, num_ctx: int | None) -> int:
-    """C: the request's num_ctx (else the model's default), raised to 4, or 2048 for a
-    vision model (`sched.go` `getRunner`), capped at the training context
-    (llm/server.go:111-116, "requested context size too large for model")."""
+def default_context(version: tuple[int, int, int], vram_gib: float, env: int) -> int:
+    """The server's num_ctx for a request and a model that set none (F§5 "Default
+    context"): `OLLAMA_CONTEXT_LENGTH` when set above 0; else 2048 through v0.6.6, 4096
+    from v0.6.7 (`44b466eeb`), and from v0.15.5 (`0334ffa62`, `0` meaning auto) by total
+    VRAM: under 23 GiB 4096, under 47 GiB 32768, else 262144 (`envconfig/config.go`,
+    `server/sched.go`). The gpt-oss/qwen3vl floor of 8192 (v0.11.x) is not simulated."""
+    if env > 0:
+        return env
+    if version < (0, 6, 7):
+        return 2048
+    if version < (0, 15, 5) or vram_gib < 23:
+        return 4096
+    return 32768 if vram_gib < 47 else 262144
+
+
+def runtime_context(model: FakeModel, num_ctx: int | None, default: int = 4096) -> int:
+    """C: the request's num_ctx (else the model's automatic context: its Modelfile's, else
+    the server's `default`), raised to 4, or 2048 for a vision model (`sched.go`
+    `getRunner`), capped at the training context (llm/server.go:111-116, "requested
+    context size too large for model")."""
     floor = VISION_FLOOR if "vision" in model.capabilities else 4
-    return min(max(num_ctx or model.context_length, floor), train_context(model))
+    automatic = model.context_length or default
+    return min(max(num_ctx or automatic, floor), train_context(model))
 
 
 def slot_context(model: FakeModel, c: int, version: tuple[int, int, int]) -> int:
@@ -167,6 +185,7 @@ def plan(
     *,
     chat: bool,
     version: tuple[int, int, int] = (1 << 30, 0, 0),
+    default: int = 4096,
 ) -> Plan:
     """Stage 1 and stage 2 of §3 and the refusals of §4, as `version` runs them:
 
@@ -182,7 +201,7 @@ def plan(
       only a prompt over C).
     MLX models (safetensors) follow `mlx_plan`.
     """
-    c = runtime_context(model, num_ctx)
+    c = runtime_context(model, num_ctx, default)
     if is_mlx(model):
         return mlx_plan(model, body, c, chat=chat)
     slot = slot_context(model, c, version)
@@ -266,20 +285,24 @@ def mlx_plan(model: FakeModel, body: dict[str, Any], c: int, *, chat: bool) -> P
 
 
 def embed_counts(
-    model: FakeModel, body: dict[str, Any], inputs: list[str], num_ctx: int | None
+    model: FakeModel,
+    body: dict[str, Any],
+    inputs: list[str],
+    num_ctx: int | None,
+    default: int = 4096,
 ) -> list[int]:
     """§6: each input is cut to its first ctxLen = min(num_ctx, training context) tokens
     (the head kept); with `truncate:false` an input over it is refused (raised as 400).
     Then (v0.30.0+, F§1 #7) one over the embedding batch fails in llama-server and is
     retried cut to the batch (`routes.go` `truncateInputToLimit(text, opts.NumBatch)`)."""
-    limit = runtime_context(model, num_ctx)
+    limit = runtime_context(model, num_ctx, default)
     counts = [count(text) + 2 for text in inputs]  # + the model's [CLS] and [SEP]
     if body.get("truncate") is False and any(n > limit for n in counts):
         raise Refused(400, EMBED_ERROR)
     options = body.get("options") if isinstance(body.get("options"), dict) else {}
     asked = options.get("num_batch")
     batch = asked if isinstance(asked, int) and asked > 0 else EMBED_BATCH
-    batch = min(batch, num_ctx or model.context_length, limit)
+    batch = min(batch, num_ctx or model.context_length or default, limit)
     return [min(n, limit, batch) for n in counts]
 
 

@@ -12,7 +12,13 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.fake_ollama.context import cloud_model, is_cloud, parse_version, plan
+from tests.support.fake_ollama.context import (
+    cloud_model,
+    default_context,
+    is_cloud,
+    parse_version,
+    plan,
+)
 from tests.support.fake_ollama.gojson import go_time
 from tests.support.fake_ollama.models import FakeModel, LoadedModel, canonical_name, default_models
 from tests.support.fake_ollama.replies import Refused
@@ -83,6 +89,10 @@ class Engine:
         loaded."""
         self.default_keep_alive = 300.0
         """`OLLAMA_KEEP_ALIVE` (5 m)."""
+        self.total_vram_gib = 8.0
+        """The GPUs' total memory, which picks the default context from v0.15.5."""
+        self.context_length_env = 0
+        """`OLLAMA_CONTEXT_LENGTH` (0: automatic)."""
         self.unlisted: set[str] = set()
         """Installed models the lists (/api/tags, /v1/models) leave out but requests find:
         a list that lags, or a server that serves names it does not list."""
@@ -118,8 +128,14 @@ class Engine:
             model, start_ns, keep_alive_seconds(body.get("keep_alive")), num_ctx, think, chat,
             options, shift, body.get("keep_alive") is not None,
         )  # fmt: skip
+        version = parse_version(self.version)
+        run.default_ctx = model.context_length or default_context(
+            version, self.total_vram_gib, self.context_length_env
+        )
         if self.context_rules:
-            run.plan = plan(model, body, num_ctx, chat=chat, version=parse_version(self.version))
+            run.plan = plan(
+                model, body, num_ctx, chat=chat, version=version, default=run.default_ctx
+            )
         return run
 
     def mark_loaded(self, run: Run) -> None:
@@ -130,9 +146,7 @@ class Engine:
         lifetime_ns = (1 << 63) - 1 if math.isinf(run.keep_alive) else int(run.keep_alive * 1e9)
         self.loaded[run.model.name] = LoadedModel(
             expires_at_ns=time.time_ns() + lifetime_ns,
-            context_length=run.plan.context
-            if run.plan
-            else run.num_ctx or run.model.context_length,
+            context_length=run.plan.context if run.plan else run.num_ctx or run.default_ctx,
         )
 
     async def produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:

@@ -37,7 +37,9 @@ class FakeModel:
     model_info: dict[str, Any]
     capabilities: list[str] = field(default_factory=lambda: ["completion"])
     size_vram: int = 0
-    context_length: int = 4096
+    context_length: int | None = None
+    """A Modelfile `PARAMETER num_ctx`: the model's automatic context instead of the
+    server's default (`Engine.default_context`)."""
     modified_at: datetime = field(default_factory=lambda: datetime(2025, 9, 1, 12, 0, tzinfo=UTC))
     template: str = "{{ .Prompt }}"
     parameters: str = ""
@@ -121,7 +123,7 @@ def default_models() -> dict[str, FakeModel]:
             size_vram=45960996,
             details=model_details("bert", "23M", "F16"),
             capabilities=["embedding"],
-            context_length=256,
+            context_length=256,  # as if its Modelfile set num_ctx 256
             model_info={
                 "general.architecture": "bert",
                 "general.parameter_count": 22565376,

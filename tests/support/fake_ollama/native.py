@@ -235,7 +235,7 @@ async def embed(fake: Engine, request: web.Request) -> web.StreamResponse:
     loaded_ns = await fake.embed_phases(run)
     counts = [token_estimate(t) for t in inputs]
     if fake.context_rules:
-        counts = embed_counts(model, body, inputs, run.num_ctx)
+        counts = embed_counts(model, body, inputs, run.num_ctx, run.default_ctx)
     if not inputs:
         return await gin_json(request, {"model": name, "embeddings": []})
     dimensions = body.get("dimensions")
@@ -259,7 +259,8 @@ async def embeddings(fake: Engine, request: web.Request) -> web.StreamResponse:
     run = fake.run(model, body, time.monotonic_ns(), think=False, chat=False)
     await fake.embed_phases(run)
     prompt = body.get("prompt") or ""
-    if fake.context_rules and count(prompt) + 2 > runtime_context(model, run.num_ctx):
+    limit = runtime_context(model, run.num_ctx, run.default_ctx)
+    if fake.context_rules and count(prompt) + 2 > limit:
         # No truncation on the legacy route: llama-server's refusal, wrapped in a 500
         # (`routes.go` EmbeddingsHandler, 1084-1089; F§1 #13).
         raise Refused(500, EMBED_ERROR)

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from tests.support.fake_ollama.context import parse_version
 from tests.support.fake_ollama.models import FakeModel, LoadedModel
+from tests.support.fake_ollama.replies import Refused
 from tests.support.fake_ollama.script import Run
 
 if TYPE_CHECKING:
@@ -38,12 +40,17 @@ OOM_TEXTS = (
 )  # fmt: skip
 """`llm/status.go` `outOfMemorySubstrings` (fb30760), matched lower-cased."""
 OOM_FLUSH = (0, 30, 0)
-"""`expireRunnersForRuntimeOOM` arrived with the llama-server runners (F§1 #12)."""
+"""`expireRunnersForRuntimeOOM` arrived with the llama-server runners (F§1 #12), and so did
+the retry of an automatic context that does not fit at load (F§5)."""
+RETRY_CONTEXTS = (32768, 4096)
+"""The smaller automatic contexts a load that ran out of memory retries with (v0.30.0+)."""
+LOAD_OOM = "llama-server process has terminated: exit status 2: cudaMalloc failed: out of memory"
+"""A load that does not fit (F§5 "Error shapes": `llama-server process has terminated`)."""
 
 
 def train_context(model: FakeModel) -> int:
     arch = model.model_info.get("general.architecture", "")
-    return int(model.model_info.get(f"{arch}.context_length", model.context_length))
+    return int(model.model_info.get(f"{arch}.context_length", model.context_length or 1 << 20))
 
 
 @dataclass
@@ -61,11 +68,11 @@ class RunnerOptions:
         """DefaultOptions ← request options (§7.2; the fake has no Modelfile PARAMETERs).
         `num_ctx` < 4 is 4 (2048 for a vision model) and it is capped at the training
         context (`getRunner`, §7.1); unset, it is the model's automatic context
-        (`FakeModel.context_length`)."""
+        (`Run.default_ctx`: the Modelfile's, else the server's)."""
         opts = run.options
         explicit = isinstance(opts.get("num_ctx"), int) and not isinstance(opts["num_ctx"], bool)
         floor = 2048 if "vision" in run.model.capabilities else 4  # getRunner (F§1 #9)
-        num_ctx = max(int(opts["num_ctx"]), floor) if explicit else run.model.context_length
+        num_ctx = max(int(opts["num_ctx"]), floor) if explicit else run.default_ctx
         ints = {f: opts[f] if isinstance(opts.get(f), int) else None for f in _INT_FIELDS}
         mmap = opts.get("use_mmap") if isinstance(opts.get("use_mmap"), bool) else None
         family = run.model.details.get("family", "")
@@ -121,6 +128,8 @@ class Scheduler:
         self.max_loaded = max_loaded
         """`OLLAMA_MAX_LOADED_MODELS` (default 3 × GPUs, §7.3)."""
         self.load_seconds = load_seconds
+        self.context_fits: int | None = None
+        """The largest context any model's load fits in memory (None: all fit)."""
         self.runners: dict[str, FakeRunner] = {}
         self.loads: list[str] = []
         """Every load, in order (names): what a test checks the proxy against."""
@@ -149,10 +158,23 @@ class Scheduler:
                 await self._unload(self._victim())
             await asyncio.sleep(self.load_seconds)
             session = run.keep_alive if run.keep_alive_set else self.engine.default_keep_alive
-            runner = FakeRunner(run.model, wanted, session)
+            runner = FakeRunner(run.model, self._fit(wanted), session)
             self.runners[run.model.blob] = runner
             self.loads.append(run.model.name)
             self._use(runner, run)
+
+    def _fit(self, wanted: RunnerOptions) -> RunnerOptions:
+        """A context too large for memory: from v0.30.0 an automatic one is retried at
+        32768, then 4096 (the load loop of `server/sched.go`), and /api/ps shows the one
+        that fit; an explicit one, or any before v0.30.0, fails the load with a 500."""
+        fits = self.context_fits
+        if fits is None or wanted.num_ctx <= fits:
+            return wanted
+        if wanted.num_ctx_auto and parse_version(self.engine.version) >= OOM_FLUSH:
+            for smaller in RETRY_CONTEXTS:
+                if smaller < wanted.num_ctx and smaller <= fits:
+                    return replace(wanted, num_ctx=smaller)
+        raise Refused(500, LOAD_OOM)
 
     def release(self, run: Run) -> None:
         """A request ended (`processCompleted`, §7.4): at refCount 0, unload when the
