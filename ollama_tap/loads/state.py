@@ -127,6 +127,27 @@ def row_stale(p: Pending, runner: Runner | None) -> bool:
     return not auto and runner.row.context_length != runner.auto_ctx
 
 
+def reduced_from(runner: Runner, row: LoadedModel) -> int | None:
+    """The automatic context a runner had before, when a load by a request that left
+    num_ctx unset came out smaller: from v0.30.0 a load that runs out of memory is retried
+    with a smaller automatic context (32768, then 4096; `server/sched.go`), and a changed
+    `OLLAMA_CONTEXT_LENGTH` or VRAM does the same across a restart. None otherwise."""
+    before, now = runner.auto_ctx, row.context_length
+    auto = runner.opts is not None and "num_ctx" not in runner.opts
+    return before if auto and before is not None and now is not None and now < before else None
+
+
+def alike(a: Pending, b: Pending) -> bool:
+    """Two requests that found their runner alike (resident or not, the same changes)."""
+    return a.resident == b.resident and [c.text for c in a.changes] == [c.text for c in b.changes]
+
+
+def set_trigger(event: LoadEvent, p: Pending) -> None:
+    """Make `p` the request that triggered `event`."""
+    event.request, event.client, event.endpoint = p.id, p.client, p.endpoint
+    event.at, event.started = p.wall, p.started
+
+
 def cause_of(runner: Runner, p: Pending | None) -> tuple[Cause, Departure | None]:
     """Why a load happened, from the runner as `p` found it and its departure since."""
     if p is not None and p.resident:

@@ -27,10 +27,13 @@ from ollama_tap.loads.state import (
     UNLOADING,
     Pending,
     Runner,
+    alike,
     cause_of,
     flushes_on_oom,
     matches,
+    reduced_from,
     row_stale,
+    set_trigger,
     why_gone,
 )
 from ollama_tap.measures import COLD_START_NS
@@ -208,9 +211,7 @@ class LoadTracker:
             runner = self._runners[key]
             fresh = runner.fresh
             if fresh is not None:
-                fresh.context_length = row.context_length
-                if runner.opts is not None and "num_ctx" not in runner.opts:
-                    runner.auto_ctx = row.context_length
+                self._got(runner, fresh, row)
                 runner.fresh = None
             runner.row, runner.row_idle, runner.row_at = row, not runner.flight, now
 
@@ -253,9 +254,17 @@ class LoadTracker:
         p = runner.earliest()
         event = self._new_event(runner, p, time.time(), mono, source="ps")
         event.noticed = mono
-        event.context_length = row.context_length
         if p is not None:
             event.waited = [q.id for q in runner.flight.values() if q is not p]
+        self._got(runner, event, row)
+
+    def _got(self, runner: Runner, event: LoadEvent, row: LoadedModel) -> None:
+        """The context /api/ps shows after a load; an automatic one smaller than the last."""
+        event.context_length = row.context_length
+        event.reduced_from = reduced_from(runner, row)
+        if event.reduced_from is not None:
+            self.m.reduced[(self._label(runner.name),)].inc()
+            log.warning("context_reduced", model=runner.name, detail=event.detail)
         if runner.opts is not None and "num_ctx" not in runner.opts:
             runner.auto_ctx = row.context_length
 
@@ -273,7 +282,7 @@ class LoadTracker:
         if cur is not None and not p.changes and start < cur.window_end(0.0):
             if cur.request is not None and start < cur.started:
                 cur.waited.append(cur.request)
-                self._trigger(cur, p)
+                set_trigger(cur, p)
                 cur.load_duration = seconds
             elif p.id not in cur.waited:
                 cur.waited.append(p.id)
@@ -281,7 +290,7 @@ class LoadTracker:
         # An earlier request still waiting, that found the runner as this one did, waits
         # for the same load: it is the trigger.
         earlier = [
-            q for q in runner.flight.values() if q.started < start and (p.behind or _alike(q, p))
+            q for q in runner.flight.values() if q.started < start and (p.behind or alike(q, p))
         ]
         trigger = min(earlier, key=lambda q: q.started) if earlier else p
         event = self._new_event(runner, trigger, trigger.wall, trigger.started, source="reply")
@@ -301,7 +310,7 @@ class LoadTracker:
         event = LoadEvent(runner.name, cause, at, started, departure=dep, source=source)
         event.evicted, runner.victims = runner.victims, []
         if p is not None:
-            self._trigger(event, p)
+            set_trigger(event, p)
             event.changes = list(p.changes) if cause is Cause.OPTIONS_CHANGED else []
             event.predicted = any(c.certain for c in p.changes)
             runner.opts = p.opts
@@ -318,11 +327,6 @@ class LoadTracker:
             request=event.request, client=event.client,
         )  # fmt: skip
         return event
-
-    @staticmethod
-    def _trigger(event: LoadEvent, p: Pending) -> None:
-        event.request, event.client, event.endpoint = p.id, p.client, p.endpoint
-        event.at, event.started = p.wall, p.started
 
     def _predicted(self, ex: Exchange, p: Pending) -> None:
         label = self._label(p.model)
@@ -376,6 +380,7 @@ class LoadTracker:
         if (label, str(Cause.UNKNOWN)) not in self.m.loads:
             for cause in Cause:
                 self.m.loads[label, str(cause)].inc(0)
+            self.m.reduced[(label,)].inc(0)
 
     def _label(self, name: str | None) -> str:
         return self.labels.label(name)
@@ -390,8 +395,3 @@ class LoadTracker:
                 if len(out) >= limit:
                     break
         return out
-
-
-def _alike(a: Pending, b: Pending) -> bool:
-    """Two requests that found their runner alike (resident or not, the same changes)."""
-    return a.resident == b.resident and [c.text for c in a.changes] == [c.text for c in b.changes]

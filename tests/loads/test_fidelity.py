@@ -157,3 +157,33 @@ def test_17_another_context_length_in_ps_is_a_load(rig: Rig) -> None:
     assert rig.causes() == [(A, "first_load"), (A, "unknown")]
     assert rig.tracker.events[-1].source == "ps"
     assert rig.tracker.events[-1].context_length == 8192
+
+
+def test_a_smaller_automatic_context_after_a_load_is_counted(rig: Rig) -> None:
+    """From v0.30.0 a load that runs out of memory retries a smaller automatic context:
+    /api/ps shows less with no client change. The load keeps its cause."""
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 32768})
+    rig.ps({})
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    event = rig.tracker.events[-1]
+    assert (str(event.cause), event.reduced_from, event.context_length) == ("unknown", 32768, 4096)
+    assert event.detail == "context reduced 32768 → 4096 (did not fit memory)"
+    assert rig.value("context_reduced_total", model=A) == 1
+    # An explicit num_ctx that is smaller is the client's choice, not a reduction.
+    rig.end(rig.start(A, options={"num_ctx": 2048}), 2.0)
+    rig.ps({A: 2048})
+    assert rig.tracker.events[-1].reduced_from is None
+    assert rig.value("context_reduced_total", model=A) == 1
+    # /api/ps listing a smaller context while a request without num_ctx waits: the same.
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 32768})
+    waiting = rig.start(A)
+    rig.ps({A: 4096})
+    assert rig.tracker.events[-1].reduced_from == 32768
+    assert rig.value("context_reduced_total", model=A) == 2
+    rig.end(waiting)
+    # With no request of the proxy's, whoever reloaded it may have set num_ctx: not told.
+    rig.ps({A: 2048})
+    assert rig.tracker.events[-1].reduced_from is None
