@@ -67,7 +67,7 @@ class UpstreamPoller:
         self._tags: dict[str, LocalModel] = {}
         self._loaded: dict[str, LoadedModel] | None = None
         self._shown: dict[str, tuple[str, str, str]] = {}
-        self._train: dict[str, tuple[int | None, bool]] = {}
+        self._train: dict[str, tuple[int | None, bool, int | None]] = {}
         """Training context (`<arch>.context_length` of /api/show) and whether `capabilities`
         holds "vision", by digest cache key."""
         self._ps_listeners: list[PsListener] = []
@@ -131,17 +131,17 @@ class UpstreamPoller:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
         self._ps_listeners.append(listener)
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool]:
-        """The family, the training context and whether it is a vision model, per its
-        /api/show ("", None, False when not shown yet)."""
+    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
+        """The family, the training context, whether it is a vision model and its
+        Modelfile's num_keep, per its /api/show ("", None, False, None when not shown)."""
         valid = valid_key(model) if isinstance(model, str) else None
         local = self._tags.get(valid[0]) if valid is not None else None
         if local is None:
-            return "", None, False
+            return "", None, False, None
         cache_key = local.digest or f"name:{valid[0] if valid else ''}"
         details = self._shown.get(cache_key)
-        train, vision = self._train.get(cache_key, (None, False))
-        return (details[0] if details else ""), train, vision
+        train, vision, keep = self._train.get(cache_key, (None, False, None))
+        return (details[0] if details else ""), train, vision, keep
 
     def loaded_format(self, model: str | None) -> str:
         """The loaded model's `details.format` per /api/ps ("gguf", "safetensors" for MLX)."""

@@ -68,6 +68,8 @@ class ModelFacts:
     family: str = ""
     train_ctx: int | None = None
     vision: bool = False
+    num_keep: int | None = None
+    """The Modelfile's `PARAMETER num_keep` (truncation, not reloads)."""
 
 
 def runner_options(

@@ -10,9 +10,9 @@ from typing import Any
 from ollama_tap.names import is_valid_name
 from ollama_tap.ollama.payloads import count_or_none, dict_or_none, str_or_empty
 
-Shown = tuple[tuple[str, str, str], tuple[int | None, bool]]
+Shown = tuple[tuple[str, str, str], tuple[int | None, bool, int | None]]
 """What the poller keeps of /api/show: (family, parameter size, quantization) and
-(training context, vision)."""
+(training context, vision, the Modelfile's num_keep)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,4 +84,15 @@ def shown_facts(data: dict[str, Any]) -> Shown:
     )
     train = count_or_none(info.get(f"{arch}.context_length")) if arch else None
     capabilities = data.get("capabilities")
-    return details, (train, isinstance(capabilities, list) and "vision" in capabilities)
+    vision = isinstance(capabilities, list) and "vision" in capabilities
+    return details, (train, vision, modelfile_num_keep(data.get("parameters")))
+
+
+def modelfile_num_keep(parameters: Any) -> int | None:
+    """`num_keep` from /api/show `parameters` (the Modelfile's PARAMETER lines, one
+    `name value` a line): the model's default, which a request's options override."""
+    for line in parameters.splitlines() if isinstance(parameters, str) else ():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_keep" and value.strip().lstrip("-").isdigit():
+            return int(value.strip())
+    return None

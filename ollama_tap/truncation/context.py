@@ -39,6 +39,9 @@ class Runtime:
     v0.30.11+, `x/mlxrunner/client.go` `reportedContextLength`): the runner enforces the
     model's maximum, never truncates and never shifts (`x/mlxrunner/pipeline.go`), so only
     the refusal rule applies."""
+    num_keep: int | None = None
+    """The model's Modelfile `num_keep` (/api/show `parameters`), which a request's
+    `options.num_keep` overrides (`api.Options` from the Modelfile, then the request)."""
 
 
 def slot_context(c: int, train: int | None, version: Version | None) -> int:

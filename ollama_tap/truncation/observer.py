@@ -32,7 +32,7 @@ class Upstream(Protocol):
 
     def context_length(self, model: str | None) -> int | None: ...
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool]: ...
+    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
 
     def loaded_format(self, model: str | None) -> str: ...
 
@@ -93,4 +93,5 @@ class TruncationObserver:
         reloaded = reloaded or (self.stale_row is not None and self.stale_row(ex))
         c = runtime_context(asked, upstream.context_length(model), reloaded=reloaded)
         soft = upstream.loaded_format(model) == "safetensors"
-        return Runtime(c, parse_version(upstream.version), facts.train_ctx, soft)
+        version = parse_version(upstream.version)
+        return Runtime(c, version, facts.train_ctx, soft, facts.num_keep)

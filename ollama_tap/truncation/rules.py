@@ -310,6 +310,10 @@ def num_keep_of(options: dict[str, Any] | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _or(value: int | None, default: int | None) -> int | None:
+    return default if value is None else value
+
+
 def judge(ex: Exchange, rt: Runtime) -> Verdict | None:
     """The first rule that holds, most certain first: T3, T2, T1, T8, T7, T9."""
     if ex.endpoint not in INFERENCE_ENDPOINTS and ex.endpoint not in EMBEDDING_ENDPOINTS:
@@ -325,7 +329,7 @@ def judge(ex: Exchange, rt: Runtime) -> Verdict | None:
         return None
     slot = slot_context(c, rt.train, rt.version)
     return (
-        kept_count(ex, u, c, rt, num_keep_of(honoured_options(ex)))
+        kept_count(ex, u, c, rt, _or(num_keep_of(honoured_options(ex)), rt.num_keep))
         or cut_by_context(ex, u, c, slot)
         or shifted(ex, u, c, slot)
         or embed_cut(ex, u, c, rt)

@@ -67,8 +67,8 @@ def test_6_a_busy_runners_past_expiry_is_not_an_expiry(rig: Rig) -> None:
 
 def test_9_a_vision_models_floor_is_no_change(rig: Rig) -> None:
     class Vision(Upstream):
-        def model_facts(self, model: str | None) -> tuple[str, int | None, bool]:
-            return ("mllama", 131072, True)
+        def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
+            return ("mllama", 131072, True, None)
 
     rig.tracker.upstream = Vision()
     rig.end(rig.start(A, options={"num_ctx": 1024}), 2.0)

@@ -30,8 +30,8 @@ class Upstream:
     def digest_of(self, model: str | None) -> str | None:
         return {"llama3.2": "d-a", A: "d-a", B: "d-b"}.get(model or "")
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool]:
-        return ("llama", 131072, False)
+    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
+        return ("llama", 131072, False, None)
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None:
         self.pokes += 1

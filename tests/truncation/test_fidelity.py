@@ -281,3 +281,18 @@ def test_14_responses_length_stops_are_not_told() -> None:
     over = finished("/v1/responses", p=3000, e=1200)
     verdict = judge(over, Runtime(4096, NOW))
     assert verdict is not None and verdict.rule == "T7"
+
+
+async def test_a_modelfile_num_keep_enters_the_truncated_length(
+    proxy: Proxy, fake: FakeOllama
+) -> None:
+    kept = new_model("keeper:latest")
+    kept.parameters = "num_keep                       64"
+    fake.models[kept.name] = kept
+    await eventually(lambda: proxy.app[POLLER].model_facts("keeper")[3] == 64)
+    reply = await ollama.AsyncClient(host=proxy.url).chat(
+        "keeper", [{"role": "user", "content": words(6000)}], options={"num_ctx": 4096}
+    )
+    assert reply.prompt_eval_count == shift_limit(4096, 64)
+    verdict = await only_verdict(proxy, 1)
+    assert verdict is not None and verdict["rule"] == "T1"

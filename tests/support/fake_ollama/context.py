@@ -222,12 +222,22 @@ def plan(
         out.refusal = (400, NO_SHIFT_ERROR)
         return out
     options = body.get("options") if isinstance(body.get("options"), dict) else {}
-    keep = options.get("num_keep", DEFAULT_NUM_KEEP)
+    keep = options.get("num_keep", modelfile_num_keep(model))
     if version < SHIFT_HEADROOM or (isinstance(keep, int) and keep < 0):
         out.kept = c - 1
     else:
         out.kept = shift_limit(c, int(keep))
     return out
+
+
+def modelfile_num_keep(model: FakeModel) -> int:
+    """The Modelfile's `PARAMETER num_keep` (shown in /api/show `parameters`), else 4: the
+    model's options start from `api.DefaultOptions`, then the Modelfile, then the request."""
+    for line in model.parameters.splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_keep":
+            return int(value)
+    return DEFAULT_NUM_KEEP
 
 
 def shift_default(
