@@ -83,6 +83,8 @@ class Runner:
     """Unix seconds `row` was read."""
     last_end: float = 0.0
     """Unix seconds the last request in flight on it ended."""
+    keep_alive_by: str | None = None
+    """The request in flight or done that last carried keep_alive (it sets the runner's)."""
     unload_after: Departure | None = None
     """A keep_alive 0 that waits for the requests in flight (`processCompleted` unloads
     at refCount 0 only; a later request carrying keep_alive overwrites it)."""

@@ -114,8 +114,8 @@ class LoadTracker:
             facts,
             parse_version(self.upstream.version),
         )
-        if honoured_keep_alive(ex) is not None:
-            runner.unload_after = None  # a later keep_alive overwrites a deferred 0
+        if honoured_keep_alive(ex) is not None:  # the latest keep_alive is the runner's
+            runner.unload_after, runner.keep_alive_by = None, ex.id
         now = time.time()
         if runner.resident and runner.expired_idle(now):
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
@@ -166,7 +166,8 @@ class LoadTracker:
         unload = ex.done_reason == "unload" or (
             is_zero_keep_alive(honoured_keep_alive(ex)) and ex.outcome is Outcome.OK
         )
-        if unload and (p.resident or runner.resident):
+        latest = runner.keep_alive_by in (None, p.id) or ex.done_reason == "unload"
+        if unload and latest and (p.resident or runner.resident):
             runner.unload_after = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
         if runner.unload_after is not None and not runner.flight:
             runner.resident, runner.departure = False, runner.unload_after

@@ -141,6 +141,13 @@ def test_15_keep_alive_zero_waits_for_the_requests_in_flight(
     rig.end(busy)
     rig.ps({A: 4096})
     assert rig.causes() == [(A, "first_load")]
+    # Nor does one that arrives while the keep_alive 0 request still runs.
+    busy, zero = rig.start(A), rig.start(A, keep_alive=0)
+    rig.end(rig.start(A, keep_alive="5m"))
+    rig.end(zero)
+    rig.end(busy)
+    rig.ps({A: 4096})
+    assert rig.causes() == [(A, "first_load")]
     # Without one, the unload happens when the last request ends.
     busy = rig.start(A)
     rig.end(rig.start(A, keep_alive=0))
