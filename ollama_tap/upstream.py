@@ -67,7 +67,7 @@ class UpstreamPoller:
         self._tags: dict[str, LocalModel] = {}
         self._loaded: dict[str, LoadedModel] | None = None
         self._shown: dict[str, tuple[str, str, str]] = {}
-        self._train: dict[str, tuple[int | None, bool, int | None]] = {}
+        self._train: dict[str, tuple[int | None, bool, int | None, str | None]] = {}
         """Training context (`<arch>.context_length` of /api/show) and whether `capabilities`
         holds "vision", by digest cache key."""
         self._ps_listeners: list[PsListener] = []
@@ -140,8 +140,14 @@ class UpstreamPoller:
             return "", None, False, None
         cache_key = local.digest or f"name:{valid[0] if valid else ''}"
         details = self._shown.get(cache_key)
-        train, vision, keep = self._train.get(cache_key, (None, False, None))
+        train, vision, keep, _ = self._train.get(cache_key, (None, False, None, None))
         return (details[0] if details else ""), train, vision, keep
+
+    def blob_of(self, digest: str | None) -> str | None:
+        """The weights' blob of a model digest (its /api/show `modelfile`'s FROM), which
+        keys Ollama's runners (names on one blob share one); the digest until shown."""
+        facts = self._train.get(digest) if digest else None
+        return (facts[3] if facts else None) or digest
 
     def loaded_format(self, model: str | None) -> str:
         """The loaded model's `details.format` per /api/ps ("gguf", "safetensors" for MLX)."""

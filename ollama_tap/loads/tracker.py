@@ -62,6 +62,8 @@ class Upstream(Protocol):
 
     def digest_of(self, model: str | None) -> str | None: ...
 
+    def blob_of(self, digest: str | None) -> str | None: ...
+
     def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None: ...
@@ -341,14 +343,14 @@ class LoadTracker:
     # --- keys
 
     def _key(self, model: str) -> str:
-        digest = self.upstream.digest_of(model)
+        digest = self.upstream.blob_of(self.upstream.digest_of(model))  # Ollama's runner key
         if digest:
             return digest
         valid = valid_key(model)
         return f"name:{valid[0] if valid else model}"
 
     def _row_key(self, row: LoadedModel) -> str:
-        key = row.digest or f"name:{model_key(row.name)}"
+        key = self.upstream.blob_of(row.digest) or f"name:{model_key(row.name)}"
         alias = f"name:{model_key(row.name)}"
         if key != alias and alias in self._runners and key not in self._runners:
             # Seen by name before /api/tags told its digest: one runner.

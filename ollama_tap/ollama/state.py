@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from ollama_tap.names import is_valid_name
 from ollama_tap.ollama.payloads import count_or_none, dict_or_none, str_or_empty
 
-Shown = tuple[tuple[str, str, str], tuple[int | None, bool, int | None]]
+Shown = tuple[tuple[str, str, str], tuple[int | None, bool, int | None, str | None]]
 """What the poller keeps of /api/show: (family, parameter size, quantization) and
-(training context, vision, the Modelfile's num_keep)."""
+(training context, vision, the Modelfile's num_keep, the weights' blob digest)."""
+_BLOB: Final = re.compile(r"^FROM \S*sha256[-:]([0-9a-f]{64})\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,10 @@ def shown_facts(data: dict[str, Any]) -> Shown:
     train = count_or_none(info.get(f"{arch}.context_length")) if arch else None
     capabilities = data.get("capabilities")
     vision = isinstance(capabilities, list) and "vision" in capabilities
-    return details, (train, vision, modelfile_num_keep(data.get("parameters")))
+    modelfile = data.get("modelfile")
+    blob = _BLOB.search(modelfile) if isinstance(modelfile, str) else None
+    keep = modelfile_num_keep(data.get("parameters"))
+    return details, (train, vision, keep, blob[1] if blob else None)
 
 
 def modelfile_num_keep(parameters: Any) -> int | None:

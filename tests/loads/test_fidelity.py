@@ -3,6 +3,7 @@ wrong (the numbers are that table's): each test failed before its fix."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -10,6 +11,7 @@ import pytest
 
 from ollama_tap.exchange import Outcome, RequestFields
 from ollama_tap.loads import tracker as tracker_module
+from ollama_tap.ollama.state import LoadedModel
 from tests.loads.test_tracker import A, B, Rig, Upstream
 from tests.support.exchanges import new_exchange
 
@@ -194,3 +196,27 @@ def test_a_smaller_automatic_context_after_a_load_is_counted(rig: Rig) -> None:
     # With no request of the proxy's, whoever reloaded it may have set num_ctx: not told.
     rig.ps({A: 2048})
     assert rig.tracker.events[-1].reduced_from is None
+
+
+def test_16_names_on_one_blob_are_one_runner(rig: Rig) -> None:
+    """Ollama keys runners by the weights' blob: a Modelfile variant of A (its own manifest
+    digest, A's blob) that sets another num_ctx replaces A's runner, and /api/ps lists it
+    under the variant's name. Not an eviction of A and a first load of the variant."""
+    v = "variant:latest"
+
+    class Variants(Upstream):
+        def digest_of(self, model: str | None) -> str | None:
+            return "d-v" if model in (v, "variant") else super().digest_of(model)
+
+        def blob_of(self, digest: str | None) -> str | None:
+            return {"d-v": "d-a"}.get(digest or "", digest)
+
+    rig.tracker.upstream = Variants()
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    rig.end(rig.start(v), 2.0)  # its Modelfile's num_ctx 8192 reloads the blob's runner
+    row = LoadedModel(v, "d-v", 1, 1, 8192, v, time.time() + 300)
+    rig.tracker.ps({v: row})
+    assert [cause for _, cause in rig.causes()] == ["first_load", "unknown"]
+    assert rig.tracker.events[-1].context_length == 8192
+    assert rig.value("model_evictions_total", model=A, by=v) is None
