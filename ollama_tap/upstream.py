@@ -143,11 +143,11 @@ class UpstreamPoller:
         train, vision, keep, _ = self._train.get(cache_key, (None, False, None, None))
         return (details[0] if details else ""), train, vision, keep
 
-    def blob_of(self, digest: str | None) -> str | None:
-        """The weights' blob of a model digest (its /api/show `modelfile`'s FROM), which
-        keys Ollama's runners (names on one blob share one); the digest until shown."""
-        facts = self._train.get(digest) if digest else None
-        return (facts[3] if facts else None) or digest
+    def runner_key(self, digest: str | None) -> str | None:
+        """A digest's runner key: names on one weights' blob (its /api/show `modelfile` FROM)
+        share Ollama's runner, keyed by the group's smallest digest; others keep theirs."""
+        blob = facts[3] if (facts := self._train.get(digest or "")) else None
+        return min(k for k, f in self._train.items() if f[3] == blob) if blob else digest
 
     def loaded_format(self, model: str | None) -> str:
         """The loaded model's `details.format` per /api/ps ("gguf", "safetensors" for MLX)."""

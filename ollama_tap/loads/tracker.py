@@ -62,7 +62,7 @@ class Upstream(Protocol):
 
     def digest_of(self, model: str | None) -> str | None: ...
 
-    def blob_of(self, digest: str | None) -> str | None: ...
+    def runner_key(self, digest: str | None) -> str | None: ...
 
     def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
 
@@ -343,14 +343,14 @@ class LoadTracker:
     # --- keys
 
     def _key(self, model: str) -> str:
-        digest = self.upstream.blob_of(self.upstream.digest_of(model))  # Ollama's runner key
+        digest = self.upstream.runner_key(self.upstream.digest_of(model))
         if digest:
             return digest
         valid = valid_key(model)
         return f"name:{valid[0] if valid else model}"
 
     def _row_key(self, row: LoadedModel) -> str:
-        key = self.upstream.blob_of(row.digest) or f"name:{model_key(row.name)}"
+        key = self.upstream.runner_key(row.digest) or f"name:{model_key(row.name)}"
         alias = f"name:{model_key(row.name)}"
         if key != alias and alias in self._runners and key not in self._runners:
             # Seen by name before /api/tags told its digest: one runner.

@@ -208,7 +208,7 @@ def test_16_names_on_one_blob_are_one_runner(rig: Rig) -> None:
         def digest_of(self, model: str | None) -> str | None:
             return "d-v" if model in (v, "variant") else super().digest_of(model)
 
-        def blob_of(self, digest: str | None) -> str | None:
+        def runner_key(self, digest: str | None) -> str | None:
             return {"d-v": "d-a"}.get(digest or "", digest)
 
     rig.tracker.upstream = Variants()

@@ -30,7 +30,7 @@ class Upstream:
     def digest_of(self, model: str | None) -> str | None:
         return {"llama3.2": "d-a", A: "d-a", B: "d-b"}.get(model or "")
 
-    def blob_of(self, digest: str | None) -> str | None:
+    def runner_key(self, digest: str | None) -> str | None:
         return digest
 
     def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
