@@ -639,9 +639,17 @@ def loads() -> list[Panel]:
         Panel(
             "Loads by cause",
             "Load events per interval by inferred cause: options_changed and evicted are "
-            "thrashing (alert ModelThrashing); `ollama-tap loads` names the app behind each.",
+            "thrashing (alert ModelThrashing); `ollama-tap loads` names the app behind each. "
+            "'context reduced': loads whose automatic context came out smaller than the "
+            "model's last, as it did not fit memory (alert ContextReduced).",
             "short",
-            [Target(per_bar("ollama_tap_model_loads_total", "cause", m), "{{cause}}")],
+            [
+                Target(per_bar("ollama_tap_model_loads_total", "cause", m), "{{cause}}"),
+                Target(
+                    per_bar("ollama_tap_context_reduced_total", "model", m),
+                    "context reduced {{model}}",
+                ),
+            ],
             defaults=bars,
             interval=BAR_STEP,
         ),

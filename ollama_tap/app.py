@@ -145,8 +145,8 @@ def make_app(
     clients.on_free(lambda client: inflight.forget("client", client))
     otel = start_otel(settings, registry, poller.context_length)
     traced = otel.observers if otel is not None else []
-    truncation = TruncationObserver(registry, labels, poller)
     loads = LoadTracker(registry, labels, poller)
+    truncation = TruncationObserver(registry, labels, poller, loads.stale_row)
     poller.on_ps(loads.ps)
     # Hooks orders them by the phase each declares (names, analysis, sinks: hooks.Phase).
     builtin = [

@@ -30,7 +30,7 @@ MODULES: Final = [
     "ollama_tap/cloud.py",
     "ollama_tap/truncation/rules.py",
     "ollama_tap/truncation/observer.py",
-    "ollama_tap/loads/options.py",
+    "ollama_tap/ollama/options.py",
     "ollama_tap/loads/events.py",
     "ollama_tap/loads/state.py",
     "ollama_tap/loads/tracker.py",

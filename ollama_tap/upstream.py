@@ -18,7 +18,7 @@ from ollama_tap.metrics.registered import UpstreamMetrics
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.names import model_key, valid_key
 from ollama_tap.ollama.payloads import count_or_none, count_or_zero, dict_or_none, str_or_empty
-from ollama_tap.ollama.state import LoadedModel, LocalModel, go_time, same_model
+from ollama_tap.ollama.state import LoadedModel, LocalModel, Shown, go_time, same_model, shown_facts
 from ollama_tap.ollama.state import entries as rows_of
 
 PsListener = Callable[["dict[str, LoadedModel] | None"], None]
@@ -68,8 +68,9 @@ class UpstreamPoller:
         self._tags: dict[str, LocalModel] = {}
         self._loaded: dict[str, LoadedModel] | None = None
         self._shown: dict[str, tuple[str, str, str]] = {}
-        self._train: dict[str, int] = {}
-        """Training context (`<arch>.context_length` of /api/show) by digest cache key."""
+        self._train: dict[str, tuple[int | None, bool, int | None, str | None]] = {}
+        """Training context (`<arch>.context_length` of /api/show) and whether `capabilities`
+        holds "vision", by digest cache key."""
         self._ps_listeners: list[PsListener] = []
         self._info: dict[str, tuple[str, str, str, str]] = {}
         self._tags_lock = asyncio.Lock()
@@ -131,16 +132,28 @@ class UpstreamPoller:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
         self._ps_listeners.append(listener)
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None]:
-        """The family and the training context of a model per its /api/show ("", None when
-        not shown yet)."""
+    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
+        """The family, the training context, whether it is a vision model and its
+        Modelfile's num_keep, per its /api/show ("", None, False, None when not shown)."""
         valid = valid_key(model) if isinstance(model, str) else None
         local = self._tags.get(valid[0]) if valid is not None else None
         if local is None:
-            return "", None
+            return "", None, False, None
         cache_key = local.digest or f"name:{valid[0] if valid else ''}"
         details = self._shown.get(cache_key)
-        return (details[0] if details else ""), self._train.get(cache_key)
+        train, vision, keep, _ = self._train.get(cache_key, (None, False, None, None))
+        return (details[0] if details else ""), train, vision, keep
+
+    def runner_key(self, digest: str | None) -> str | None:
+        """A digest's runner key: names on one weights' blob (its /api/show `modelfile` FROM)
+        share Ollama's runner, keyed by the group's smallest digest; others keep theirs."""
+        blob = facts[3] if (facts := self._train.get(digest or "")) else None
+        return min(k for k, f in self._train.items() if f[3] == blob) if blob else digest
+
+    def loaded_format(self, model: str | None) -> str:
+        """The loaded model's `details.format` per /api/ps ("gguf", "safetensors" for MLX)."""
+        entry = self._loaded_entry(model)
+        return "" if entry is None else entry.format
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None:
         """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx; call
@@ -254,6 +267,7 @@ class UpstreamPoller:
             context_length=count_or_none(e.get("context_length")),
             name=name,
             expires_at=go_time(e.get("expires_at")),
+            format=str_or_empty((dict_or_none(e.get("details")) or {}).get("format")),
         )
 
     def _count_transitions(self, loaded: dict[str, LoadedModel]) -> None:
@@ -286,10 +300,8 @@ class UpstreamPoller:
                 if shown is None:
                     self._show_retry[cache_key] = time.monotonic() + SHOW_RETRY
                     continue
-                details, train = shown
+                details, self._train[cache_key] = shown
                 self._shown[cache_key] = details
-                if train is not None:
-                    self._train[cache_key] = train
             self._set_info(key, (local.label, *details))
         for key in self._info.keys() - self._tags.keys():
             self.m.model_info.remove(*self._info.pop(key))
@@ -298,21 +310,13 @@ class UpstreamPoller:
         self._train = {k: v for k, v in self._train.items() if k in current}
         self._show_retry = {k: v for k, v in self._show_retry.items() if k in current}
 
-    async def _show(self, name: str) -> tuple[tuple[str, str, str], int | None] | None:
+    async def _show(self, name: str) -> Shown | None:
         try:
             data = await self._read("POST", "api/show", {"model": name})
         except PollError as exc:
             log.debug("poll_failed", error=str(exc))
             return None
-        d = dict_or_none(data.get("details")) or {}
-        info = dict_or_none(data.get("model_info")) or {}
-        arch = str_or_empty(info.get("general.architecture"))
-        details = (
-            str_or_empty(d.get("family")),
-            str_or_empty(d.get("parameter_size")),
-            str_or_empty(d.get("quantization_level")),
-        )
-        return details, count_or_none(info.get(f"{arch}.context_length")) if arch else None
+        return shown_facts(data)
 
     def _set_info(self, key: str, labels: tuple[str, str, str, str]) -> None:
         previous = self._info.get(key)

@@ -368,3 +368,25 @@ async def test_start_polls_and_stop_ends_cleanly(server: TestServer) -> None:
     assert poller.up
     await poller.stop()
     assert poller._session is None
+
+
+async def test_names_on_one_blob_share_a_runner_key(rig: Rig, fake: FakeOllama) -> None:
+    """Ollama keys runners by the weights' blob (the FROM of /api/show `modelfile`): two
+    manifests on one blob get one key, the group's smallest digest; a lone model keeps its
+    own digest, shown or not, so its key never moves."""
+    blob = "f" * 64
+    variant = "c" * 64
+    fake.tags.append(tag("llama-variant:latest", variant))
+
+    async def show(request: web.Request) -> web.Response:
+        name = (await request.json())["model"]
+        weights = blob if name in ("llama3.2:latest", "llama-variant:latest") else "e" * 64
+        return web.json_response({"modelfile": f"FROM /m/blobs/sha256-{weights}\n"})
+
+    assert rig.poller.runner_key(variant) == variant, "not shown yet"
+    fake._show = show  # type: ignore[method-assign]
+    await rig.poller.poll()
+    key = min(DIGEST_A, variant)
+    assert rig.poller.runner_key(DIGEST_A) == rig.poller.runner_key(variant) == key
+    assert rig.poller.runner_key(DIGEST_B) == DIGEST_B
+    assert rig.poller.runner_key(None) is None

@@ -7,7 +7,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from ollama_tap.loads.options import Change
+from ollama_tap.ollama.options import Change
 
 
 class Cause(enum.StrEnum):
@@ -71,6 +71,9 @@ class LoadEvent:
     waited: list[str] = field(default_factory=list)
     evicted: list[str] = field(default_factory=list)
     context_length: int | None = None
+    reduced_from: int | None = None
+    """The automatic context the model had before, when this load's came out smaller (the
+    load's cause is still what triggered it; `ollama_tap_context_reduced_total` counts it)."""
     noticed: float = 0.0
     """Monotonic time the load was over (reply) or seen (ps): the end of its window."""
     source: str = "reply"
@@ -79,7 +82,17 @@ class LoadEvent:
 
     @property
     def detail(self) -> str:
-        """One line: the diff, the evicting model, or the unloading request."""
+        """One line: the diff, the evicting model, or the unloading request; then a reduced
+        automatic context."""
+        reduced = ""
+        if self.reduced_from is not None:
+            reduced = (
+                f"context reduced {self.reduced_from} → {self.context_length} (did not fit memory)"
+            )
+        text = self._cause_detail()
+        return f"{text}; {reduced}" if text and reduced else text or reduced
+
+    def _cause_detail(self) -> str:
         if self.changes:
             return ", ".join(c.text for c in self.changes)
         d = self.departure
@@ -113,5 +126,6 @@ class LoadEvent:
             "waited": list(self.waited),
             "evicted": list(self.evicted),
             "context_length": self.context_length,
+            "reduced_from": self.reduced_from,
             "source": self.source,
         }

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ollama_tap.loads.events import Cause, Departure, LoadEvent
-from ollama_tap.loads.options import Change
+from ollama_tap.ollama.options import Change
 from ollama_tap.ollama.state import LoadedModel
+from ollama_tap.ollama.version import LLAMA_SERVER, Version
 
 SLACK: Final = 0.5
 """Seconds of clock and poll skew allowed when comparing `expires_at` and load windows."""
@@ -19,10 +20,13 @@ UNLOADING: Final = 10.0
 """Seconds after a keep_alive 0 request during which /api/ps may still list the runner
 while it unloads (and VRAM recovers) without that being a new load."""
 OOM_TEXTS: Final = (
-    "out of memory", "cudamalloc failed", "failed to allocate", "allocation failed",
-    "not enough memory", "insufficient memory", "unable to allocate",
+    "out of memory", "out of device memory", "cudamalloc failed", "hipmalloc failed",
+    "failed to allocate", "allocation failed", "not enough memory", "insufficient memory",
+    "vk_error_out_of_device_memory", "erroroutofmemory",
 )  # fmt: skip
-"""`llm/status.go` substrings that make Ollama expire every runner (L5)."""
+"""`llm/status.go` `outOfMemorySubstrings` (fb30760), lower-cased as `IsOutOfMemoryMessage`
+compares them: an error matching one makes Ollama expire every runner (L5,
+`expireRunnersForRuntimeOOM`, v0.30.0+)."""
 DIED_TEXTS: Final = (
     "model runner has unexpectedly stopped",
     "an error was encountered while running the model",
@@ -73,20 +77,77 @@ class Runner:
     """Models evicted to make room for a load of this one still under way."""
     unloading_until: float = 0.0
     flight: dict[str, Pending] = field(default_factory=dict)
+    row_idle: bool = False
+    """No request of the proxy's was in flight when `row` was read."""
+    row_at: float = 0.0
+    """Unix seconds `row` was read."""
+    last_end: float = 0.0
+    """Unix seconds the last request in flight on it ended."""
+    keep_alive_by: str | None = None
+    """The request in flight or done that last carried keep_alive (it sets the runner's)."""
+    unload_after: Departure | None = None
+    """A keep_alive 0 that waits for the requests in flight (`processCompleted` unloads
+    at refCount 0 only; a later request carrying keep_alive overwrites it)."""
+
+    def idle_expiry(self) -> float | None:
+        """The row's `expires_at`, when it is the runner's expiry: read while idle and after
+        its last request ended. A busy runner keeps its last idle expiry, maybe past
+        (`useLoadedRunner` stops the timer and leaves `expiresAt`), and the end of a
+        request sets a new one (`processCompleted`), so any other row's is stale."""
+        row = self.row
+        if row is None or not self.row_idle or self.row_at < self.last_end:
+            return None
+        return row.expires_at
+
+    def relisted(self, row: LoadedModel) -> bool:
+        """Listed with another `context_length` than its last row: a new runner no reply
+        showed loading (L0; `needsReload` replaced it)."""
+        return self.row is not None and self.row.context_length != row.context_length
 
     def expired_idle(self, now: float) -> bool:
         """Idle with an `expires_at` in the past: gone by keep_alive (L1), listed or not."""
-        row = self.row
-        return (
-            not self.flight
-            and row is not None
-            and row.expires_at is not None
-            and row.expires_at < now - SLACK
-        )
+        expiry = self.idle_expiry()
+        return not self.flight and expiry is not None and expiry < now - SLACK
 
     def earliest(self) -> Pending | None:
         """The request in flight that arrived first: the loader, when a load shows (L0)."""
         return min(self.flight.values(), key=lambda p: p.started, default=None)
+
+
+def row_stale(p: Pending, runner: Runner | None) -> bool:
+    """Whether the last /api/ps row may describe another runner than the one that served
+    `p`: not resident when it came, sent to change its options, or not read since. A
+    request that leaves num_ctx unset (every /v1 one) runs with the automatic context
+    (`needsReload` reloads an explicit runner that differs from it), so the row is its
+    context only when an unset request loaded the runner, or the row shows the automatic
+    context an earlier one got; a runner loaded out of sight is not trusted for it."""
+    if not p.resident or p.changes or runner is None or runner.row is None:
+        return True
+    if "num_ctx" in p.opts:
+        return False
+    auto = runner.opts is not None and "num_ctx" not in runner.opts
+    return not auto and runner.row.context_length != runner.auto_ctx
+
+
+def reduced_from(runner: Runner, row: LoadedModel) -> int | None:
+    """The automatic context a runner had before, when a load by a request that left
+    num_ctx unset came out smaller: from v0.30.0 a load that runs out of memory is retried
+    with a smaller automatic context (32768, then 4096; `server/sched.go`), and a changed
+    `OLLAMA_CONTEXT_LENGTH` or VRAM does the same across a restart. None otherwise."""
+    before, now = runner.auto_ctx, row.context_length
+    auto = runner.opts is not None and "num_ctx" not in runner.opts
+    return before if auto and before is not None and now is not None and now < before else None
+
+
+def alike(a: Pending, b: Pending) -> bool:
+    """Two requests that found their runner alike (resident or not, the same changes)."""
+    return a.resident == b.resident and [c.text for c in a.changes] == [c.text for c in b.changes]
+
+
+def set_trigger(event: LoadEvent, p: Pending) -> None:
+    """Make `p` the request that triggered `event`."""
+    event.request, event.client, event.endpoint = p.id, p.client, p.endpoint
+    event.at, event.started = p.wall, p.started
 
 
 def cause_of(runner: Runner, p: Pending | None) -> tuple[Cause, Departure | None]:
@@ -109,12 +170,18 @@ def why_gone(
     """Why a runner left /api/ps: L5 flush, L1 expiry, L3 eviction by `loader`, L6 death."""
     if mono - oom_at < OOM_WINDOW:
         return Departure(Cause.OOM_FLUSH)
-    row = runner.row
-    if row is not None and row.expires_at is not None and row.expires_at <= now + SLACK:
+    expiry = runner.idle_expiry()
+    if expiry is not None and expiry <= now + SLACK:
         return Departure(Cause.EXPIRED)
     if loader is not None:
         return Departure(Cause.EVICTED, by=loader)
     return Departure(Cause.RUNNER_DIED if runner.failed else Cause.UNKNOWN)
+
+
+def flushes_on_oom(version: Version | None) -> bool:
+    """Whether an out-of-memory error flushes every runner on this version: the runtime
+    flush (`expireRunnersForRuntimeOOM`) arrived with the llama-server runners, v0.30.0."""
+    return version is None or version >= LLAMA_SERVER
 
 
 def matches(texts: tuple[str, ...], message: str | None) -> bool:

@@ -16,27 +16,33 @@ from ollama_tap.facts import LoadFact, LoadRole
 from ollama_tap.hooks import Phase
 from ollama_tap.loads.events import Cause, Departure, LoadEvent
 from ollama_tap.loads.metrics import LoadMetrics
-from ollama_tap.loads.options import (
-    ModelFacts,
-    is_zero_keep_alive,
-    reload_changes,
-    runner_options,
-    shift_field,
-)
 from ollama_tap.loads.state import (
     DIED_TEXTS,
     OOM_TEXTS,
     UNLOADING,
     Pending,
     Runner,
+    alike,
     cause_of,
+    flushes_on_oom,
     matches,
+    reduced_from,
+    row_stale,
+    set_trigger,
     why_gone,
 )
 from ollama_tap.measures import COLD_START_NS
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 from ollama_tap.ollama.names import model_key, valid_key
+from ollama_tap.ollama.options import (
+    ModelFacts,
+    is_zero_keep_alive,
+    reload_changes,
+    runner_options,
+    shift_field,
+)
+from ollama_tap.ollama.request import honoured_keep_alive, honoured_options, reads_runner_fields
 from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import parse_version
 
@@ -57,7 +63,9 @@ class Upstream(Protocol):
 
     def digest_of(self, model: str | None) -> str | None: ...
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None]: ...
+    def runner_key(self, digest: str | None) -> str | None: ...
+
+    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None: ...
 
@@ -102,13 +110,16 @@ class LoadTracker:
             return
         key = self._key(model)
         runner = self._runner(key, model)
-        family, train = self.upstream.model_facts(model)
+        facts = ModelFacts(*self.upstream.model_facts(model))
+        native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
         opts = runner_options(
-            ex.request.options,
-            shift_field(ex.request_body),
-            ModelFacts(family, train),
+            honoured_options(ex),
+            shift_field(ex.request_body) if native else None,
+            facts,
             parse_version(self.upstream.version),
         )
+        if honoured_keep_alive(ex) is not None:  # the latest keep_alive is the runner's
+            runner.unload_after, runner.keep_alive_by = None, ex.id
         now = time.time()
         if runner.resident and runner.expired_idle(now):
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
@@ -119,7 +130,7 @@ class LoadTracker:
         if runner.resident:
             ctx = runner.row.context_length if runner.row is not None else None
             p.changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
-            if p.changes:
+            if any(c.certain for c in p.changes):
                 self._predicted(ex, p)
         runner.flight[ex.id] = p
         ex.metadata[NAME] = p
@@ -130,6 +141,7 @@ class LoadTracker:
             return
         runner = self._runner(p.key, p.model)
         runner.flight.pop(p.id, None)
+        runner.last_end = time.time()
         event = None
         load = ex.usage.load_duration if ex.usage is not None else 0
         long_load_reply = ex.done_reason == "load" and (ex.duration or 0.0) * 1e9 > COLD_START_NS
@@ -151,15 +163,19 @@ class LoadTracker:
 
     def _after(self, runner: Runner, p: Pending, ex: Exchange) -> None:
         """What the end of a request says about its runner's future: unloaded, failed."""
-        if matches(OOM_TEXTS, ex.error_message):
+        version = parse_version(self.upstream.version)
+        if matches(OOM_TEXTS, ex.error_message) and flushes_on_oom(version):
             self._oom_at = time.monotonic()
         runner.failed = matches(DIED_TEXTS, ex.error_message) or ex.outcome is Outcome.INCOMPLETE
         unload = ex.done_reason == "unload" or (
-            is_zero_keep_alive(ex.request.keep_alive) and ex.outcome is Outcome.OK
+            is_zero_keep_alive(honoured_keep_alive(ex)) and ex.outcome is Outcome.OK
         )
-        if unload and (p.resident or runner.resident):
-            runner.resident = False
-            runner.departure = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
+        latest = runner.keep_alive_by in (None, p.id) or ex.done_reason == "unload"
+        if unload and latest and (p.resident or runner.resident):
+            runner.unload_after = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
+        if runner.unload_after is not None and not runner.flight:
+            runner.resident, runner.departure = False, runner.unload_after
+            runner.unload_after = None
             runner.unloading_until = time.monotonic() + UNLOADING
             self.upstream.poke_ps()
 
@@ -182,7 +198,8 @@ class LoadTracker:
             return
         appeared = [
             k for k, row in rows.items()
-            if not self._runner(k, row.name).resident and not self._unloading(k, mono)
+            if (not (r := self._runner(k, row.name)).resident or r.relisted(row))
+            and not self._unloading(k, mono)
         ]  # fmt: skip
         # What may have made room: a model new in this read, one a reply showed loading,
         # or one a request is waiting for (absent while it loads).
@@ -199,11 +216,9 @@ class LoadTracker:
             runner = self._runners[key]
             fresh = runner.fresh
             if fresh is not None:
-                fresh.context_length = row.context_length
-                if runner.opts is not None and "num_ctx" not in runner.opts:
-                    runner.auto_ctx = row.context_length
+                self._got(runner, fresh, row)
                 runner.fresh = None
-            runner.row = row
+            runner.row, runner.row_idle, runner.row_at = row, not runner.flight, now
 
     def _baseline(self, rows: dict[str, LoadedModel], *, restart: bool) -> None:
         """The first snapshot (or the first after Ollama was down): models listed are
@@ -217,7 +232,7 @@ class LoadTracker:
                 self._ps_load(runner, row, time.monotonic())  # loading for a request seen
             elif not runner.resident:
                 runner.resident, runner.seen, runner.opts = True, True, None
-            runner.row = row
+            runner.row, runner.row_idle, runner.row_at = row, not runner.flight, time.time()
             self._zeros(runner.name)
 
     def _gone(self, key: str, runner: Runner, now: float, mono: float, loaders: list[str]) -> None:
@@ -244,9 +259,17 @@ class LoadTracker:
         p = runner.earliest()
         event = self._new_event(runner, p, time.time(), mono, source="ps")
         event.noticed = mono
-        event.context_length = row.context_length
         if p is not None:
             event.waited = [q.id for q in runner.flight.values() if q is not p]
+        self._got(runner, event, row)
+
+    def _got(self, runner: Runner, event: LoadEvent, row: LoadedModel) -> None:
+        """The context /api/ps shows after a load; an automatic one smaller than the last."""
+        event.context_length = row.context_length
+        event.reduced_from = reduced_from(runner, row)
+        if event.reduced_from is not None:
+            self.m.reduced[(self._label(runner.name),)].inc()
+            log.warning("context_reduced", model=runner.name, detail=event.detail)
         if runner.opts is not None and "num_ctx" not in runner.opts:
             runner.auto_ctx = row.context_length
 
@@ -264,7 +287,7 @@ class LoadTracker:
         if cur is not None and not p.changes and start < cur.window_end(0.0):
             if cur.request is not None and start < cur.started:
                 cur.waited.append(cur.request)
-                self._trigger(cur, p)
+                set_trigger(cur, p)
                 cur.load_duration = seconds
             elif p.id not in cur.waited:
                 cur.waited.append(p.id)
@@ -272,7 +295,7 @@ class LoadTracker:
         # An earlier request still waiting, that found the runner as this one did, waits
         # for the same load: it is the trigger.
         earlier = [
-            q for q in runner.flight.values() if q.started < start and (p.behind or _alike(q, p))
+            q for q in runner.flight.values() if q.started < start and (p.behind or alike(q, p))
         ]
         trigger = min(earlier, key=lambda q: q.started) if earlier else p
         event = self._new_event(runner, trigger, trigger.wall, trigger.started, source="reply")
@@ -292,9 +315,9 @@ class LoadTracker:
         event = LoadEvent(runner.name, cause, at, started, departure=dep, source=source)
         event.evicted, runner.victims = runner.victims, []
         if p is not None:
-            self._trigger(event, p)
+            set_trigger(event, p)
             event.changes = list(p.changes) if cause is Cause.OPTIONS_CHANGED else []
-            event.predicted = bool(p.changes)
+            event.predicted = any(c.certain for c in p.changes)
             runner.opts = p.opts
         else:
             runner.opts = None
@@ -310,11 +333,6 @@ class LoadTracker:
         )  # fmt: skip
         return event
 
-    @staticmethod
-    def _trigger(event: LoadEvent, p: Pending) -> None:
-        event.request, event.client, event.endpoint = p.id, p.client, p.endpoint
-        event.at, event.started = p.wall, p.started
-
     def _predicted(self, ex: Exchange, p: Pending) -> None:
         label = self._label(p.model)
         for change in p.changes:
@@ -327,14 +345,14 @@ class LoadTracker:
     # --- keys
 
     def _key(self, model: str) -> str:
-        digest = self.upstream.digest_of(model)
+        digest = self.upstream.runner_key(self.upstream.digest_of(model))
         if digest:
             return digest
         valid = valid_key(model)
         return f"name:{valid[0] if valid else model}"
 
     def _row_key(self, row: LoadedModel) -> str:
-        key = row.digest or f"name:{model_key(row.name)}"
+        key = self.upstream.runner_key(row.digest) or f"name:{model_key(row.name)}"
         alias = f"name:{model_key(row.name)}"
         if key != alias and alias in self._runners and key not in self._runners:
             # Seen by name before /api/tags told its digest: one runner.
@@ -349,6 +367,14 @@ class LoadTracker:
             runner = self._runners[key] = Runner(self.labels.spelling(name) or name)
         return runner
 
+    def stale_row(self, ex: Exchange) -> bool:
+        """Whether the last /api/ps row of the exchange's model may describe another runner
+        than the one that served it: the runner was not resident when the request came,
+        the request was to change its options, or no read has listed it since its load.
+        Asked by the truncation rules (their C) before this tracker's `response`."""
+        p = ex.metadata.get(NAME)
+        return isinstance(p, Pending) and row_stale(p, self._runners.get(p.key))
+
     def _unloading(self, key: str, mono: float) -> bool:
         return self._runners[key].unloading_until > mono
 
@@ -359,6 +385,7 @@ class LoadTracker:
         if (label, str(Cause.UNKNOWN)) not in self.m.loads:
             for cause in Cause:
                 self.m.loads[label, str(cause)].inc(0)
+            self.m.reduced[(label,)].inc(0)
 
     def _label(self, name: str | None) -> str:
         return self.labels.label(name)
@@ -373,8 +400,3 @@ class LoadTracker:
                 if len(out) >= limit:
                     break
         return out
-
-
-def _alike(a: Pending, b: Pending) -> bool:
-    """Two requests that found their runner alike (resident or not, the same changes)."""
-    return a.resident == b.resident and [c.text for c in a.changes] == [c.text for c in b.changes]

@@ -250,6 +250,10 @@ MODEL_EVICTIONS: Final = _counter(
     "ollama_tap_model_evictions_total", (M, "by"),
     "Models that left /api/ps unexpired while another model (`by`) loaded.",
 )
+CONTEXT_REDUCED: Final = _counter(
+    "ollama_tap_context_reduced_total", (M,),
+    "Loads whose automatic context (num_ctx unset) came out smaller than the model's last one.",
+)  # fmt: skip
 RELOAD_PREDICTED: Final = _counter(
     "ollama_tap_reload_predicted_total", (M, "field"),
     "Requests whose runner options differ from the resident runner's, by field, before forwarding.",

@@ -17,6 +17,7 @@ from ollama_tap.metrics.histogram import Series
 from ollama_tap.metrics.registered import RequestMetrics
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS, NATIVE_GENERATION
+from ollama_tap.ollama.request import honoured_options
 
 NAME: Final = "metrics"
 
@@ -220,7 +221,7 @@ class MetricsObserver:
         if size <= 0:
             return None
         self.m.context_tokens[endpoint, model].observe(size)
-        if (num_ctx := request_num_ctx(ex.request.options)) is not None:
+        if (num_ctx := request_num_ctx(honoured_options(ex))) is not None:
             self.m.utilization[endpoint, model].observe(size / num_ctx)
             return None
         models = self.models

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
-from ollama_tap.exchange import RequestFields
+from ollama_tap.exchange import Exchange, RequestFields
 from ollama_tap.ollama.payloads import bool_or_none, dict_or_none, json_object, nonempty_str
-from ollama_tap.ollama.routes import ENDPOINTS, OPAQUE_BODY_ENDPOINTS
+from ollama_tap.ollama.routes import ENDPOINTS, OPAQUE_BODY_ENDPOINTS, family_of
 
 NDJSON: Final = "application/x-ndjson"
 SSE: Final = "text/event-stream"
@@ -55,3 +55,23 @@ def parse_request_fields(body: bytes, truncated: bool) -> RequestFields:
         raw=bool_or_none(fields.get("raw")),
         parsed=True,
     )
+
+
+def reads_runner_fields(endpoint: str) -> bool:
+    """Whether Ollama reads `options`, `keep_alive`, `shift` and `truncate` from this route's
+    body: only on the native API. The /v1 request structs have none of them
+    (`openai/openai.go` `ChatCompletionRequest`, `CompletionRequest`, `EmbedRequest`;
+    `openai/responses.go` `ResponsesRequest`; `anthropic/anthropic.go` `MessagesRequest`
+    maps only max_tokens, temperature, top_p, top_k and stop_sequences), so there they
+    are dropped unread, on every version that has the route (fb30760 and before)."""
+    return family_of(endpoint) == "ollama"
+
+
+def honoured_options(ex: Exchange) -> dict[str, Any] | None:
+    """The request's `options` as Ollama applies them: None on a /v1 route."""
+    return ex.request.options if reads_runner_fields(ex.endpoint) else None
+
+
+def honoured_keep_alive(ex: Exchange) -> Any:
+    """The request's `keep_alive` as Ollama applies it: None (unset) on a /v1 route."""
+    return ex.request.keep_alive if reads_runner_fields(ex.endpoint) else None

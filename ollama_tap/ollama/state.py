@@ -5,9 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from ollama_tap.ollama.names import is_valid_name
+from ollama_tap.ollama.payloads import count_or_none, dict_or_none, str_or_empty
+
+Shown = tuple[tuple[str, str, str], tuple[int | None, bool, int | None, str | None]]
+"""What the poller keeps of /api/show: (family, parameter size, quantization) and
+(training context, vision, the Modelfile's num_keep, the weights' blob digest)."""
+_BLOB: Final = re.compile(r"^FROM \S*sha256[-:]([0-9a-f]{64})\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +29,8 @@ class LoadedModel:
     """The name /api/ps lists (the name of the request that loaded the runner)."""
     expires_at: float | None = None
     """Unix seconds of `expires_at`, None when absent or unreadable."""
+    format: str = ""
+    """`details.format`: "gguf", or "safetensors" for an MLX runner (x/mlxrunner)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +70,33 @@ def entries(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         if isinstance(name, str) and is_valid_name(name):
             out.append((name, entry))
     return out
+
+
+def shown_facts(data: dict[str, Any]) -> Shown:
+    """The details labels, the training context (`<arch>.context_length`) and whether the
+    model is a vision one (`capabilities` holds "vision") of an /api/show reply."""
+    d = dict_or_none(data.get("details")) or {}
+    info = dict_or_none(data.get("model_info")) or {}
+    arch = str_or_empty(info.get("general.architecture"))
+    details = (
+        str_or_empty(d.get("family")),
+        str_or_empty(d.get("parameter_size")),
+        str_or_empty(d.get("quantization_level")),
+    )
+    train = count_or_none(info.get(f"{arch}.context_length")) if arch else None
+    capabilities = data.get("capabilities")
+    vision = isinstance(capabilities, list) and "vision" in capabilities
+    modelfile = data.get("modelfile")
+    blob = _BLOB.search(modelfile) if isinstance(modelfile, str) else None
+    keep = modelfile_num_keep(data.get("parameters"))
+    return details, (train, vision, keep, blob[1] if blob else None)
+
+
+def modelfile_num_keep(parameters: Any) -> int | None:
+    """`num_keep` from /api/show `parameters` (the Modelfile's PARAMETER lines, one
+    `name value` a line): the model's default, which a request's options override."""
+    for line in parameters.splitlines() if isinstance(parameters, str) else ():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_keep" and value.strip().lstrip("-").isdigit():
+            return int(value.strip())
+    return None

@@ -13,15 +13,24 @@ LLAMA_SERVER: Final = (0, 30, 0)
 `shift` and `draft_num_predict` reload a runner, and `num_ctx`/`num_batch` left "auto" on
 both sides never do (against the Go runners' `v0.24.0:sched.go:671-709`)."""
 
+MLX_CONTEXT: Final = (0, 30, 11)
+"""From here /api/ps shows an MLX (safetensors) runner's soft `num_ctx`
+(`x/mlxrunner/client.go` `reportedContextLength`); the runner enforces the model's maximum."""
+SOURCE_BUILD: Final = (0, 0, 0)
+"""What `/api/version` says for a build from source (`version/version.go` `Version =
+"0.0.0"`, overridden only by release builds' ldflags): a current tree, so read as None."""
+
 _VERSION: Final = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 @lru_cache(maxsize=8)
 def parse_version(text: str | None) -> Version | None:
-    """`0.30.11-rc2` → (0, 30, 11); None for anything without a leading x.y. Cached: every
-    exchange asks, and the poller's answer changes only when Ollama is upgraded."""
+    """`0.30.11-rc2` → (0, 30, 11); None (current) for anything without a leading x.y and
+    for a source build's `0.0.0`, which runs the newest rules. Cached: every exchange
+    asks, and the poller's answer changes only when Ollama is upgraded."""
     found = _VERSION.match(text or "")
     if found is None:
         return None
     major, minor, patch = found.groups()
-    return int(major), int(minor), int(patch or 0)
+    version = int(major), int(minor), int(patch or 0)
+    return None if version == SOURCE_BUILD else version

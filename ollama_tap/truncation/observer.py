@@ -3,6 +3,7 @@ it, and leaves it on the exchange (`Exchange.truncation`) for the recorder and t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, Protocol
 
 import structlog
@@ -11,12 +12,15 @@ from prometheus_client import CollectorRegistry
 from ollama_tap.cloud import LOCAL, location
 from ollama_tap.exchange import Exchange
 from ollama_tap.hooks import Phase
-from ollama_tap.measures import cold_start, request_num_ctx
+from ollama_tap.measures import request_num_ctx
 from ollama_tap.metrics.families import TRUNCATIONS
 from ollama_tap.metrics.registered import Children, counter
 from ollama_tap.names import ModelLabels
+from ollama_tap.ollama.options import ModelFacts, runner_num_ctx
+from ollama_tap.ollama.request import honoured_options
 from ollama_tap.ollama.version import parse_version
-from ollama_tap.truncation.rules import Runtime, judge
+from ollama_tap.truncation.context import Runtime, may_have_reloaded, runtime_context
+from ollama_tap.truncation.rules import judge
 
 NAME: Final = "truncation"
 
@@ -28,20 +32,12 @@ class Upstream(Protocol):
 
     def context_length(self, model: str | None) -> int | None: ...
 
+    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
+
+    def loaded_format(self, model: str | None) -> str: ...
+
     @property
     def version(self) -> str | None: ...
-
-
-def runtime_context(request_ctx: int | None, loaded_ctx: int | None, cold: bool) -> int | None:
-    """C for one exchange: the runner's context is the request's num_ctx capped at the
-    model's training context, and /api/ps shows it. When the model was (re)loaded for this
-    reply the last /api/ps may describe the runner before, so the request's num_ctx (an
-    upper bound of C) wins unless they agree: a C too large only misses, never accuses."""
-    if request_ctx is None:
-        return loaded_ctx
-    if loaded_ctx is None or cold:
-        return request_ctx
-    return min(request_ctx, loaded_ctx)
 
 
 class TruncationObserver:
@@ -56,27 +52,41 @@ class TruncationObserver:
         registry: CollectorRegistry,
         labels: ModelLabels,
         upstream: Upstream | None = None,
+        stale_row: Callable[[Exchange], bool] | None = None,
     ) -> None:
         made = counter(registry, TRUNCATIONS)
         self.counts = Children(made.labels, made.remove, TRUNCATIONS.labels)
         self.labels = labels
         self.upstream = upstream
+        self.stale_row = stale_row
+        """Whether /api/ps may describe another runner than the one that served an exchange
+        (the load tracker knows; it must not have seen the exchange's `response` yet)."""
         labels.on_free(lambda model: self.counts.drop("model", model))
 
     def response(self, ex: Exchange) -> None:
         if location(ex) != LOCAL:
             return
-        upstream = self.upstream
-        loaded = upstream.context_length(ex.model) if upstream is not None else None
-        cold = ex.usage is not None and cold_start(ex.usage)
-        c = runtime_context(request_num_ctx(ex.request.options), loaded, cold)
-        version = parse_version(upstream.version) if upstream is not None else None
-        verdict = judge(ex, Runtime(c, version))
-        if verdict is None:
+        rt = self.runtime(ex)
+        if (verdict := judge(ex, rt)) is None:
             return
         ex.truncation = verdict
         self.counts[ex.endpoint, self.labels.label(ex.model), verdict.kind.value].inc()
         log.warning(
             "truncation", id=ex.id, model=ex.model, kind=verdict.kind.value,
-            rule=verdict.rule, context=c, explanation=verdict.explanation,
+            rule=verdict.rule, context=rt.context, explanation=verdict.explanation,
         )  # fmt: skip
+
+    def runtime(self, ex: Exchange) -> Runtime:
+        """C and what else the rules need, from the request (its num_ctx as the runner gets
+        it: /v1 bodies' options ignored, the floors and the cap applied) and the poller."""
+        upstream, model = self.upstream, ex.model
+        if upstream is None:
+            return Runtime(request_num_ctx(honoured_options(ex)), None)
+        facts = ModelFacts(*upstream.model_facts(model))
+        asked = runner_num_ctx(request_num_ctx(honoured_options(ex)), facts)
+        reloaded = ex.usage is not None and may_have_reloaded(ex.usage.load_duration)
+        reloaded = reloaded or (self.stale_row is not None and self.stale_row(ex))
+        c = runtime_context(asked, upstream.context_length(model), reloaded=reloaded)
+        soft = upstream.loaded_format(model) == "safetensors"
+        version = parse_version(upstream.version)
+        return Runtime(c, version, facts.train_ctx, soft, facts.num_keep)

@@ -10,7 +10,6 @@ certainty and keeps the first. Nothing here runs per token.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -18,7 +17,11 @@ import orjson
 from ollama_tap.exchange import Exchange, Usage
 from ollama_tap.facts import TruncationKind, Verdict
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
+from ollama_tap.ollama.request import honoured_options, reads_runner_fields
 from ollama_tap.ollama.version import LLAMA_SERVER, Version
+from ollama_tap.truncation.context import Runtime, slot_context
+
+__all__ = ["Runtime", "Verdict", "judge"]
 
 DEFAULT_NUM_KEEP: Final = 4
 """Ollama's `num_keep` default (api/types.go); a Modelfile may set another, unseen here."""
@@ -27,17 +30,13 @@ SHIFT_HEADROOM: Final = (0, 30, 11)
 LENGTH_REASONS: Final = frozenset({"length", "max_tokens", "max_output_tokens", "incomplete"})
 """done_reason (or finish/stop reason) values of an output cut at a token limit."""
 OPEN_ENDED_FACTOR: Final = 10
-"""Ollama bounds an unset num_predict at 10 × C (`boundedNumPredict`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Runtime:
-    """What the rules need beyond the exchange."""
-
-    context: int | None
-    """C: the runtime context the request ran with, None when unknown."""
-    version: Version | None
-    """Ollama's version per /api/version; None (not read yet) is taken as current."""
+"""Ollama bounds an unset num_predict at 10 × C (`boundedNumPredict`; `llm/server.go`
+since v0.1.33)."""
+EMBED_BATCH: Final = 2048
+"""An embedding model's default batch: `min(2048, num_ctx)` (`llm/llama_server.go`
+`embeddingBatchSize`, `WithDefaultEmbeddingNumBatch`, v0.30.0+); an input over it fails
+once in llama-server and is cut to the batch (`routes.go` `truncateInputToLimit(text,
+opts.NumBatch)`)."""
 
 
 def shift_limit(c: int, keep: int) -> int:
@@ -80,11 +79,14 @@ REFUSALS: Final = (
 
 
 def refused(ex: Exchange) -> Verdict | None:
-    """T3: a 4xx whose error says the input does not fit. The text is llama-server's raw
-    JSON nested as a string, or an object, or Ollama's own sentence: matched on substrings,
-    with the counts taken from the message or the JSON fields when present."""
+    """T3: an error that says the input does not fit, whatever its status: a 400 on most
+    routes, a 500 on the legacy /api/embeddings (`routes.go` `EmbeddingsHandler` wraps the
+    same text), and a 500 or a mid-stream line of native chat (`llama-server chat error:
+    map[…]`). The text is llama-server's raw JSON nested as a string, or an object, or
+    Ollama's own sentence: matched on substrings, with the counts taken from the message
+    or the JSON fields when present."""
     text = ex.error_message
-    if ex.status is None or not 400 <= ex.status < 500 or not text:
+    if ex.status is None or not text:
         return None
     if not any(marker in text for marker in REFUSALS):
         return None
@@ -115,18 +117,22 @@ def _ok(ex: Exchange) -> Usage | None:
     return u
 
 
-def context_gap(ex: Exchange, u: Usage, c: int | None) -> Verdict | None:
+def context_gap(ex: Exchange, u: Usage, c: int | None, rt: Runtime) -> Verdict | None:
     """T2 (/api/generate, not raw): the final `context` is tokenized from the untruncated
-    prompt, `prompt_eval_count` counts what was kept, so D = len(context) − (P + E) is the
-    number dropped (≈ 0, −1 with a BOS tokenizer, when nothing was). D > C/4 (P/2 when C
-    is unknown: a truncated prompt keeps about half) is a truncation."""
+    prompt (`routes.go` GenerateHandler, `Tokenize(prompt + sb)`), `prompt_eval_count`
+    counts what was kept, so D = len(context) − (P + E) is the number dropped (≈ 0, −1
+    with a BOS tokenizer, when nothing was). From v0.30.11 a cut drops ≈ C/2, so D > C/4
+    (P/2 when C is unknown) is a truncation; before, the cut kept C or C − 1 and dropped
+    only the overflow, so there D ≥ 2 with P at that length is one."""
     context = (ex.final or {}).get("context")
     if ex.endpoint != "/api/generate" or not isinstance(context, list):
         return None
     p = u.prompt_eval_count or 0
     lost = len(context) - (p + u.eval_count)
     threshold = c // 4 if c else p // 2
-    if lost <= max(threshold, 8):
+    old = rt.version is not None and rt.version < SHIFT_HEADROOM
+    small_cut = old and c is not None and lost >= 2 and p in truncated_lengths(c, None, rt.version)
+    if lost <= max(threshold, 8) and not small_cut:
         return None
     where = f", the runtime context {c:,}" if c else ""
     return Verdict(
@@ -163,13 +169,14 @@ def _has_media(body: bytes | None) -> bool:
     return body is not None and any(marker in body for marker in _MEDIA)
 
 
-def cut_by_context(ex: Exchange, u: Usage, c: int) -> Verdict | None:
-    """T8: a length stop with P + E ∈ [C−1, C] and E not the requested limit: the context
-    ran out with shift off (shift:false, deepseek2, vision models), not num_predict."""
+def cut_by_context(ex: Exchange, u: Usage, c: int, slot: int) -> Verdict | None:
+    """T8: a length stop with P + E ∈ [S−1, S] and E not the requested limit: the context
+    ran out with shift off (shift:false, deepseek2, vision models), not num_predict.
+    S is llama-server's padded slot (`process_token` stops at `n_tokens + 1 ≥ n_ctx`)."""
     if ex.done_reason not in LENGTH_REASONS or ex.endpoint not in INFERENCE_ENDPOINTS:
         return None
     p, e = u.prompt_eval_count or 0, u.eval_count
-    if not c - 1 <= p + e <= c or e == requested_limit(ex):
+    if not slot - 1 <= p + e <= slot or e == requested_limit(ex):
         return None
     return Verdict(
         TruncationKind.OUTPUT_CUT, "T8", c, None, p,
@@ -178,14 +185,15 @@ def cut_by_context(ex: Exchange, u: Usage, c: int) -> Verdict | None:
     )  # fmt: skip
 
 
-def shifted(ex: Exchange, u: Usage, c: int) -> Verdict | None:
-    """T7: P + E > C means llama-server shifted the context at least once while generating
-    (the model lost the front of its own context); prompt_eval_count is not changed by a
-    shift and eval_count counts every generated token."""
+def shifted(ex: Exchange, u: Usage, c: int, slot: int) -> Verdict | None:
+    """T7: P + E past the slot means llama-server shifted the context at least once while
+    generating (the model lost the front of its own context); prompt_eval_count is not
+    changed by a shift and eval_count counts every generated token. The slot is C padded
+    to a multiple of 256 (`slot_context`): a num_ctx of 3000 runs in 3072 tokens."""
     if ex.endpoint not in INFERENCE_ENDPOINTS:
         return None
     p, e = u.prompt_eval_count or 0, u.eval_count
-    if p + e <= c:
+    if p + e <= slot:
         return None
     runaway = ""
     if (
@@ -202,19 +210,35 @@ def shifted(ex: Exchange, u: Usage, c: int) -> Verdict | None:
     )  # fmt: skip
 
 
-def embed_cut(ex: Exchange, u: Usage, c: int) -> Verdict | None:
+def embed_cut(ex: Exchange, u: Usage, c: int, rt: Runtime) -> Verdict | None:
     """T9 (single input only: a list reports one sum): the input was cut to its first C
-    tokens (head kept), so prompt_eval_count lands within 2 of C (BOS and EOS re-added)."""
+    tokens (head kept), so prompt_eval_count lands within 2 of C (BOS and EOS re-added);
+    or, from v0.30.0, to the embedding batch B = num_batch (default min(2048, C)) when it
+    fit C but not the batch: llama-server refused it once and Ollama retried it cut."""
     if ex.endpoint not in {"/api/embed", "/v1/embeddings"}:
         return None
     p = u.prompt_eval_count or 0
-    if not c - 2 <= p <= c or not _single_input(ex.request_body):
+    batch = embed_batch(ex, c, rt.version)
+    limit = c if c - 2 <= p <= c else batch if batch and batch - 2 <= p <= batch else None
+    if limit is None or not _single_input(ex.request_body):
         return None
+    what = "the runtime context" if limit == c else "the embedding batch, num_batch"
     return Verdict(
         TruncationKind.EMBED_TRUNCATED, "T9", c, None, p,
-        f"the embedding input was cut to its first {p:,} tokens (the runtime context {c:,}); "
-        "the rest was not embedded; raise num_ctx or split the input",
+        f"the embedding input was cut to its first {p:,} tokens ({what} {limit:,}); "
+        "the rest was not embedded; raise num_ctx (and num_batch) or split the input",
     )  # fmt: skip
+
+
+def embed_batch(ex: Exchange, c: int, version: Version | None) -> int | None:
+    """The batch an embedding input is cut to on its retry (EMBED_BATCH), None before
+    v0.30.0 (the Go runners truncated to C only)."""
+    if version is not None and version < LLAMA_SERVER:
+        return None
+    asked = (honoured_options(ex) or {}).get("num_batch")
+    if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
+        return min(asked, c)
+    return min(EMBED_BATCH, c)
 
 
 def _body(body: bytes | None) -> dict[str, Any]:
@@ -236,7 +260,7 @@ def requested_limit(ex: Exchange) -> int | None:
     """The output limit the request set (num_predict, max_tokens and kin), else None.
     Parsed only for the rare reply the rules already suspect."""
     body = _body(ex.request_body)
-    options = body.get("options")
+    options = body.get("options") if reads_runner_fields(ex.endpoint) else None
     candidates = [options.get("num_predict") if isinstance(options, dict) else None]
     candidates += [
         body.get(k) for k in ("max_tokens", "max_completion_tokens", "max_output_tokens")
@@ -252,6 +276,10 @@ def num_keep_of(options: dict[str, Any] | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _or(value: int | None, default: int | None) -> int | None:
+    return default if value is None else value
+
+
 def judge(ex: Exchange, rt: Runtime) -> Verdict | None:
     """The first rule that holds, most certain first: T3, T2, T1, T8, T7, T9."""
     if ex.endpoint not in INFERENCE_ENDPOINTS and ex.endpoint not in EMBEDDING_ENDPOINTS:
@@ -261,11 +289,14 @@ def judge(ex: Exchange, rt: Runtime) -> Verdict | None:
     if (u := _ok(ex)) is None:
         return None
     c = rt.context
-    if (verdict := context_gap(ex, u, c)) is not None or c is None:
+    if (verdict := context_gap(ex, u, c, rt)) is not None or c is None:
         return verdict
+    if rt.soft:
+        return None
+    slot = slot_context(c, rt.train, rt.version)
     return (
-        kept_count(ex, u, c, rt, num_keep_of(ex.request.options))
-        or cut_by_context(ex, u, c)
-        or shifted(ex, u, c)
-        or embed_cut(ex, u, c)
+        kept_count(ex, u, c, rt, _or(num_keep_of(honoured_options(ex)), rt.num_keep))
+        or cut_by_context(ex, u, c, slot)
+        or shifted(ex, u, c, slot)
+        or embed_cut(ex, u, c, rt)
     )

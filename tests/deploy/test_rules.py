@@ -33,6 +33,7 @@ ALERTS = {
     "RecorderDropping",
     "PromptsTruncated",
     "ModelThrashing",
+    "ContextReduced",
 }
 
 

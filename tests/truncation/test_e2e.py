@@ -75,17 +75,21 @@ async def test_a_chat_prompt_longer_than_c_is_flagged_by_t1(proxy: Proxy, fake: 
     assert (verdict["rule"], verdict["context"], verdict["tokens_lost"]) == ("T1", C, None)
 
 
-async def _loaded(proxy: Proxy) -> None:
+async def _loaded(proxy: Proxy, fake: FakeOllama) -> None:
     """Load llama3.2 with C through the native API and wait until the poller has read it:
-    /v1 requests cannot set num_ctx, so /api/ps is their only source of C."""
-    await ollama.AsyncClient(host=proxy.url).generate(LLAMA, "hi", options=CTX)
+    /v1 requests cannot set num_ctx, so /api/ps is their only source of C, and only once a
+    request that left num_ctx unset was seen loading the runner (its reply's load_duration
+    over a second): a /v1 request runs with the automatic context."""
+    fake.script.load_delay = 1.1
+    await ollama.AsyncClient(host=proxy.url).generate(LLAMA, "hi")
+    fake.script.load_delay = 0.0
     await eventually(lambda: proxy.sample("ollama_tap_model_context_length", {"model": LLAMA}) == C)
 
 
 async def test_openai_and_anthropic_chats_are_judged_with_c_from_ps(
     proxy: Proxy, fake: FakeOllama
 ) -> None:
-    await _loaded(proxy)
+    await _loaded(proxy, fake)
     oai = openai.AsyncOpenAI(base_url=f"{proxy.url}/v1", api_key="ollama")
     done = await oai.chat.completions.create(
         model=LLAMA, messages=[{"role": "user", "content": words(5000)}]

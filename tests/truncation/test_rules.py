@@ -10,7 +10,7 @@ import pytest
 from ollama_tap.exchange import Exchange, Outcome, Usage
 from ollama_tap.facts import TruncationKind
 from ollama_tap.ollama.version import parse_version
-from ollama_tap.truncation.observer import runtime_context
+from ollama_tap.truncation.context import runtime_context
 from ollama_tap.truncation.rules import (
     Runtime,
     judge,
@@ -111,7 +111,9 @@ def test_t3_other_refusals_and_non_refusals() -> None:
         assert judge(ex, Runtime(None, NOW)) is not None
     other = new_exchange("/api/chat", status=400, error_message="invalid options")
     assert judge(other, Runtime(4096, NOW)) is None
-    server = new_exchange("/api/chat", status=500, error_message=INNER)
+    server = new_exchange(
+        "/api/chat", status=500, error_message="an error was encountered while running the model"
+    )
     assert judge(server, Runtime(4096, NOW)) is None
 
 
@@ -143,11 +145,11 @@ def test_t9_single_inputs_only() -> None:
 
 
 def test_runtime_context_only_errs_towards_too_large() -> None:
-    assert runtime_context(None, 4096, cold=False) == 4096
-    assert runtime_context(8192, 4096, cold=False) == 4096, "capped at the training context"
-    assert runtime_context(8192, 4096, cold=True) == 8192, "/api/ps may predate the reload"
-    assert runtime_context(2048, None, cold=False) == 2048
-    assert runtime_context(None, None, cold=False) is None
+    assert runtime_context(None, 4096, reloaded=False) == 4096
+    assert runtime_context(8192, 4096, reloaded=False) == 4096, "capped at the training context"
+    assert runtime_context(8192, 4096, reloaded=True) == 8192, "/api/ps may predate the reload"
+    assert runtime_context(2048, None, reloaded=False) == 2048
+    assert runtime_context(None, None, reloaded=False) is None
 
 
 @pytest.mark.parametrize("c", [2048, 4096])

@@ -12,11 +12,17 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.fake_ollama.context import cloud_model, is_cloud, plan
+from tests.support.fake_ollama.context import (
+    cloud_model,
+    default_context,
+    is_cloud,
+    parse_version,
+    plan,
+)
 from tests.support.fake_ollama.gojson import go_time
 from tests.support.fake_ollama.models import FakeModel, LoadedModel, canonical_name, default_models
 from tests.support.fake_ollama.replies import Refused
-from tests.support.fake_ollama.scheduler import Scheduler
+from tests.support.fake_ollama.scheduler import OOM_FLUSH, OOM_TEXTS, Scheduler
 from tests.support.fake_ollama.script import (
     Chunk,
     Error,
@@ -83,6 +89,10 @@ class Engine:
         loaded."""
         self.default_keep_alive = 300.0
         """`OLLAMA_KEEP_ALIVE` (5 m)."""
+        self.total_vram_gib = 8.0
+        """The GPUs' total memory, which picks the default context from v0.15.5."""
+        self.context_length_env = 0
+        """`OLLAMA_CONTEXT_LENGTH` (0: automatic)."""
         self.unlisted: set[str] = set()
         """Installed models the lists (/api/tags, /v1/models) leave out but requests find:
         a list that lags, or a server that serves names it does not list."""
@@ -118,8 +128,14 @@ class Engine:
             model, start_ns, keep_alive_seconds(body.get("keep_alive")), num_ctx, think, chat,
             options, shift, body.get("keep_alive") is not None,
         )  # fmt: skip
+        version = parse_version(self.version)
+        run.default_ctx = model.context_length or default_context(
+            version, self.total_vram_gib, self.context_length_env
+        )
         if self.context_rules:
-            run.plan = plan(model, body, num_ctx, chat=chat)
+            run.plan = plan(
+                model, body, num_ctx, chat=chat, version=version, default=run.default_ctx
+            )
         return run
 
     def mark_loaded(self, run: Run) -> None:
@@ -130,9 +146,7 @@ class Engine:
         lifetime_ns = (1 << 63) - 1 if math.isinf(run.keep_alive) else int(run.keep_alive * 1e9)
         self.loaded[run.model.name] = LoadedModel(
             expires_at_ns=time.time_ns() + lifetime_ns,
-            context_length=run.plan.context
-            if run.plan
-            else run.num_ctx or run.model.context_length,
+            context_length=run.plan.context if run.plan else run.num_ctx or run.default_ctx,
         )
 
     async def produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
@@ -146,9 +160,16 @@ class Engine:
             await scheduler.acquire(run)
             try:
                 async for event in self._produce(run, context=context):
+                    if isinstance(event, Error) and self._flushes(event.message):
+                        scheduler.flush_oom()
                     yield event
             finally:
                 scheduler.release(run)
+
+    def _flushes(self, message: str) -> bool:
+        """Whether this error makes Ollama expire every runner (`IsOutOfMemoryMessage`)."""
+        low = message.lower()
+        return parse_version(self.version) >= OOM_FLUSH and any(t in low for t in OOM_TEXTS)
 
     async def _produce(self, run: Run, *, context: bool) -> AsyncIterator[Event]:
         script = self.script
@@ -246,7 +267,29 @@ class Engine:
     ) -> tuple[str, Run]:
         name = str(body.get("model") or "")
         model = self.require(name, "model '{name}' not found")
-        return name, self.run(model, body, start_ns, think=think, chat=chat)
+        return name, self.run(model, compat_body(body), start_ns, think=think, chat=chat)
+
+
+IGNORED_ON_V1 = ("options", "keep_alive", "shift", "truncate")
+"""Fields a /v1 body may carry that Ollama never reads there: the compat request structs
+have none of them (`openai/openai.go` `ChatCompletionRequest`, `CompletionRequest`,
+`EmbedRequest`; `openai/responses.go`; `anthropic/anthropic.go` maps only max_tokens,
+temperature, top_p, top_k and stop), so the native request it builds leaves them unset
+(F§1 #4; every version with /v1)."""
+
+
+def compat_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A /v1 body as the native request the middleware builds from it: the fields above
+    dropped, a Responses `input` (and `instructions`) turned into messages."""
+    out = {k: v for k, v in body.items() if k not in IGNORED_ON_V1}
+    if "input" in body and "messages" not in body:
+        items = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        out["messages"] = [
+            {"role": "user", "content": item} if isinstance(item, str) else item for item in items
+        ]
+        if isinstance(body.get("instructions"), str):
+            out["system"] = body["instructions"]
+    return out
 
 
 Handler = Callable[[Engine, web.Request], Awaitable[web.StreamResponse]]

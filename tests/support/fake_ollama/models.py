@@ -37,11 +37,18 @@ class FakeModel:
     model_info: dict[str, Any]
     capabilities: list[str] = field(default_factory=lambda: ["completion"])
     size_vram: int = 0
-    context_length: int = 4096
+    context_length: int | None = None
+    """A Modelfile `PARAMETER num_ctx`: the model's automatic context instead of the
+    server's default (`Engine.default_context`)."""
     modified_at: datetime = field(default_factory=lambda: datetime(2025, 9, 1, 12, 0, tzinfo=UTC))
     template: str = "{{ .Prompt }}"
     parameters: str = ""
     license: str = ""
+    blob: str = ""
+    """The weights' blob digest (the manifest `digest` when empty): what a runner is keyed by."""
+
+    def __post_init__(self) -> None:
+        self.blob = self.blob or self.digest
 
     @property
     def embedding_length(self) -> int:
@@ -54,7 +61,9 @@ class LoadedModel:
     """A model /api/ps shows: until when it stays, with which runtime context."""
 
     expires_at_ns: int
+    """0 while a runner loads for its first request: /api/ps then shows now + session."""
     context_length: int
+    session_ns: int = 0
 
 
 def default_models() -> dict[str, FakeModel]:
@@ -114,7 +123,7 @@ def default_models() -> dict[str, FakeModel]:
             size_vram=45960996,
             details=model_details("bert", "23M", "F16"),
             capabilities=["embedding"],
-            context_length=256,
+            context_length=256,  # as if its Modelfile set num_ctx 256
             model_info={
                 "general.architecture": "bert",
                 "general.parameter_count": 22565376,

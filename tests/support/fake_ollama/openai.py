@@ -11,7 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.support.fake_ollama.engine import Engine, Route
+from tests.support.fake_ollama.context import embed_counts
+from tests.support.fake_ollama.engine import Engine, Route, compat_body
 from tests.support.fake_ollama.gojson import go_json
 from tests.support.fake_ollama.incoming import json_body
 from tests.support.fake_ollama.models import FakeModel, embedding, token_estimate
@@ -242,7 +243,8 @@ async def embeddings(fake: Engine, request: web.Request) -> web.StreamResponse:
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         raise Refused(400, f"invalid encoding format: {encoding}")
-    await fake.embed_phases(fake.run(model, body, start_ns, think=False, chat=False))
+    run = fake.run(model, compat_body(body), start_ns, think=False, chat=False)
+    await fake.embed_phases(run)
     data = []
     for index, text in enumerate(inputs):
         vector = embedding(model, text)
@@ -255,6 +257,8 @@ async def embeddings(fake: Engine, request: web.Request) -> web.StreamResponse:
             }
         )
     tokens = sum(token_estimate(t) for t in inputs)
+    if fake.context_rules:  # the same EmbedHandler serves /v1/embeddings (routes.go)
+        tokens = sum(embed_counts(model, compat_body(body), inputs, None, run.default_ctx))
     reply = {
         "object": "list",
         "data": data,

@@ -95,6 +95,8 @@ class Run:
     """Whether the request carried keep_alive (only then does it change a runner's)."""
     plan: Plan | None = None
     """The prompt under Ollama's context rules (context.py), when the engine follows them."""
+    default_ctx: int = 4096
+    """The context a request that leaves num_ctx unset gets (Modelfile, else the server's)."""
 
 
 def shaped_tool_calls(calls: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -26,6 +26,15 @@ NEEDS_RELOAD: Final = ("num_ctx", *INT_FIELDS, "use_mmap", "shift")
 AUTO: Final = "auto"
 NO_SHIFT_FAMILIES: Final = frozenset({"deepseek2"})
 """`supportsContextShift` is false for these (`sched.go:129-147`)."""
+VISION_FLOOR: Final = 2048
+"""`getRunner` raises a vision model's num_ctx to at least this (fb30760 `sched.go`)."""
+DEFAULT_BATCH: Final = 512
+"""`api.DefaultOptions` NumBatch: what a request that leaves num_batch unset compares as."""
+AUTO_BATCHES: Final = frozenset({256, 512, 1024, 2048})
+"""The batches `automaticGenerationBatch` may choose for a runner loaded with num_batch
+unset (fb30760 `llm/llama_server.go`): an explicit one of these may equal it."""
+DRAFT_DEFAULT: Final = 4
+"""`draft_num_predict`'s default for a model with a draft model (fb30760 `api/types.go`)."""
 _ZERO_DURATION: Final = re.compile(r"[+-]?(?:0+(?:\.0*)?(?:ns|us|µs|μs|ms|s|m|h)?)+")
 _SHIFT: Final = b'"shift"'
 
@@ -59,6 +68,8 @@ class ModelFacts:
     family: str = ""
     train_ctx: int | None = None
     vision: bool = False
+    num_keep: int | None = None
+    """The Modelfile's `PARAMETER num_keep` (truncation, not reloads)."""
 
 
 def runner_options(
@@ -86,14 +97,21 @@ _RELOAD_FIELDS: Final = frozenset(NEEDS_RELOAD) - {"shift"}
 _ZERO_IS_UNSET: Final = frozenset({"num_thread", "draft_num_predict"})
 
 
+def runner_num_ctx(value: Any, facts: ModelFacts) -> int | None:
+    """A requested `num_ctx` as the runner gets it (None: unset): raised to 4, or to 2048
+    for a vision model, then capped at the training context (`sched.go` `getRunner`, read
+    at fb30760; the floor of 4 since v0.1.x, `GetRunner`)."""
+    num_ctx = count_or_none(value)
+    if not num_ctx:
+        return None
+    num_ctx = max(num_ctx, VISION_FLOOR if facts.vision else 4)
+    return min(num_ctx, facts.train_ctx) if facts.train_ctx else num_ctx
+
+
 def _runner_value(field: str, value: Any, facts: ModelFacts, modern: bool) -> Any:
     """One option as the runner would be loaded with it; None when it leaves the default."""
     if field == "num_ctx":
-        num_ctx = count_or_none(value)
-        if not num_ctx:
-            return None
-        num_ctx = max(num_ctx, 2048 if facts.vision else 4)
-        return min(num_ctx, facts.train_ctx) if facts.train_ctx else num_ctx
+        return runner_num_ctx(value, facts)
     if field == "use_mmap":
         return value if isinstance(value, bool) else None
     if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -115,6 +133,10 @@ class Change:
     field: str
     old: Any
     new: Any
+    certain: bool = True
+    """False when Ollama may find them equal: an automatic value it chose (num_batch,
+    use_mmap) or a draft default the proxy cannot see. An uncertain change is not
+    predicted (no warning), but it is the cause when a load does follow."""
 
     @property
     def text(self) -> str:
@@ -159,6 +181,25 @@ def reload_changes(
         old, new = runner.get(field), request.get(field)
         if field == "num_gpu" and new is None:
             continue  # a request with the default never reloads
-        if old != new:
-            changes.append(Change(field, old, new))
+        if old != new and (certain := _certain(field, old, new)) is not None:
+            changes.append(Change(field, old, new, certain))
     return changes
+
+
+def _certain(field: str, old: Any, new: Any) -> bool | None:
+    """For two different values of `field` (None: unset), whether `needsReload` (fb30760
+    `sched.go:1381-1431`) surely reloads (True), may (False) or surely does not (None).
+
+    num_batch: an unset request compares as 512 against an explicit runner; an explicit
+    request compares against the batch an automatic runner chose. use_mmap: an unset
+    request matches a runner that chose its own value, not an explicit one. An unset
+    draft_num_predict is 4 for models with a draft."""
+    if field == "num_batch":
+        if new is None:
+            return True if old != DEFAULT_BATCH else None
+        return old is not None or new not in AUTO_BATCHES
+    if field == "use_mmap":
+        return old is not None
+    if field == "draft_num_predict":
+        return {old, new} != {None, DRAFT_DEFAULT}
+    return True
