@@ -99,6 +99,11 @@ class Settings(BaseSettings):
     retention_bytes: Annotated[int, Field(gt=0)] = Field(
         1024 * MiB, description="The database is pruned, oldest first, above this size."
     )
+    db_timeout: Annotated[float, Field(gt=0)] = Field(
+        30.0,
+        description="Seconds a database read or PostgreSQL statement may take, and a "
+        "PostgreSQL server may stay silent, before it counts as unavailable.",
+    )
     recorder_queue: Annotated[int, Field(ge=1)] = Field(
         10_000, description="Records waiting for the writer; beyond it they are dropped."
     )
