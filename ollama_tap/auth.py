@@ -29,6 +29,7 @@ from aiohttp.typedefs import Handler
 
 from ollama_tap.attempts import FailedAttempts
 from ollama_tap.config import ConfigError, Settings
+from ollama_tap.dbfile import check as check_db_file
 from ollama_tap.sessions import LIFETIME, Sessions
 
 log = structlog.get_logger("ollama_tap.auth")
@@ -62,6 +63,8 @@ def admin_token(settings: Settings) -> str | None:
         return None
     if settings.admin_token:
         return _strong(settings.admin_token, "--admin-token (OLLAMA_TAP_ADMIN_TOKEN)")
+    if isinstance(settings.db, Path):
+        check_db_file(settings.db)  # the token goes beside it: never beside a device
     path = token_file(settings)
     if not path.parent.exists():
         path.parent.mkdir(parents=True, mode=0o700)

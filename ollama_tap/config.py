@@ -176,7 +176,15 @@ class Settings(BaseSettings):
     @classmethod
     def _db(cls, v: Path | str | None) -> Path | str | None:
         # A URL stays text (psycopg reads it); anything else is a file.
-        return v if v is None or is_postgres_url(v) else Path(v)
+        if v is None or is_postgres_url(v):
+            return v
+        if isinstance(v, str) and ("://" in v or not v.strip()):
+            shown = redacted_url(v) if v.strip() else "empty"
+            raise ValueError(
+                f"{shown!r} is neither a file path nor a postgresql:// URL; give a SQLite "
+                "file (e.g. ~/.local/share/ollama-tap/records.db) or postgresql://user@host/db"
+            )
+        return Path(v)
 
     @field_validator("log_level")
     @classmethod
@@ -236,6 +244,10 @@ class Settings(BaseSettings):
             ) from None
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together; give both or neither.")
+        if isinstance(self.db, Path):
+            from ollama_tap.dbfile import check  # here: dbfile imports this module
+
+            check(self.db)
         if self.admin_token == "none" and not self.loopback_bind:
             raise ConfigError(
                 "--admin-token none is allowed on loopback binds only; recordings hold "
