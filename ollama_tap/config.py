@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from yarl import URL
 
+from ollama_tap import pgurl
 from ollama_tap.attribution import DEFAULT_HEADER, parse_rule
 from ollama_tap.credentials import redacted_url
 
@@ -176,7 +177,12 @@ class Settings(BaseSettings):
     @classmethod
     def _db(cls, v: Path | str | None) -> Path | str | None:
         # A URL stays text (psycopg reads it); anything else is a file.
-        if v is None or is_postgres_url(v):
+        if v is None:
+            return v
+        if is_postgres_url(v):
+            wrong = pgurl.problem(str(v))
+            if wrong is not None:
+                raise ValueError(f"{wrong}; the form is postgresql://user@host:5432/db")
             return v
         if isinstance(v, str) and ("://" in v or not v.strip()):
             shown = redacted_url(v) if v.strip() else "empty"

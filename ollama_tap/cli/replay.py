@@ -13,8 +13,8 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from ollama_tap.cli.options import add_db_option, fail, store_from
-from ollama_tap.config import ConfigError, Settings, binds_loopback, parse_ollama_host
+from ollama_tap.cli.options import add_db_option, fail, positive, settings_with_db, store_from
+from ollama_tap.config import ConfigError, binds_loopback, parse_ollama_host
 from ollama_tap.recorder.schema import SchemaError
 from ollama_tap.recorder.store import Filters, parse_time
 from ollama_tap.replay.matching import MatchMode
@@ -82,8 +82,7 @@ def _token(args: argparse.Namespace) -> str | None:
     """The admin token `serve` would use with this --db (ConfigError names the fix)."""
     from ollama_tap.auth import admin_token  # the server stack: for `replay serve` alone
 
-    values = {} if args.db is None else {"db": args.db}
-    return admin_token(Settings.model_validate(values))
+    return admin_token(settings_with_db(args))
 
 
 def _access(args: argparse.Namespace, token: str | None, loopback: bool) -> str:
@@ -94,8 +93,7 @@ def _access(args: argparse.Namespace, token: str | None, loopback: bool) -> str:
 
     where = "OLLAMA_TAP_ADMIN_TOKEN" if os.environ.get("OLLAMA_TAP_ADMIN_TOKEN") else None
     if where is None:
-        values = {} if args.db is None else {"db": args.db}
-        where = str(token_file(Settings.model_validate(values)))
+        where = str(token_file(settings_with_db(args)))
     access = f"clients send 'Authorization: Bearer <the admin token>' (from {where})"
     if not loopback:
         access += (
@@ -188,8 +186,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = rsub.add_parser("send", help="re-send recorded requests and compare the figures")
     _common(p)
     p.add_argument("--to", required=True, help="the upstream to send to, e.g. http://gpu2:11434")
-    p.add_argument("--limit", type=int, default=100, help="the newest N records [default: 100]")
-    p.add_argument("--concurrency", type=int, default=1, help="requests in flight [default: 1]")
+    p.add_argument(
+        "--limit", type=positive, default=100, help="the newest N records [default: 100]"
+    )
+    p.add_argument(
+        "--concurrency", type=positive, default=1, help="requests in flight [default: 1]"
+    )
     p.add_argument("--pace", choices=("original", "none"), default="none",
                    help="original: at the recorded intervals; none: back to back "
                    "[default: none]")  # fmt: skip
