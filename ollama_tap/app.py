@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ollama_tap import auth
 from ollama_tap.accesslog import AccessLog
@@ -19,13 +21,14 @@ from ollama_tap.inflight.registry import InFlight
 from ollama_tap.inspector import add_routes as add_inspector_routes
 from ollama_tap.loads.api import add_routes as add_loads_routes
 from ollama_tap.loads.tracker import LoadTracker
+from ollama_tap.metrics.families import BODY_TIMEOUTS
 from ollama_tap.metrics.observer import MetricsObserver, metrics_handler
 from ollama_tap.names import ModelLabels
 from ollama_tap.otel import Otel
 from ollama_tap.otel import start as start_otel
 from ollama_tap.recorder import Recorder
 from ollama_tap.recorder.api import add_routes as add_recorder_routes
-from ollama_tap.relay import SESSION, install, make_session, server_args
+from ollama_tap.relay import FRONT, SESSION, install, make_session, server_args
 from ollama_tap.tokens.store import ModelStore
 from ollama_tap.tokens.vocab import Vocab, VocabCache, VocabSource
 from ollama_tap.truncation.observer import TruncationObserver
@@ -82,6 +85,20 @@ async def _otel(app: web.Application) -> AsyncIterator[None]:
     await app[OTEL].close()
 
 
+class BodyTimeouts(Collector):
+    """The HTTP/1 front's count of connections cut for a stalled request body, read at
+    scrape time (zero with `--relay aiohttp`, whose server does not cut them)."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(BODY_TIMEOUTS.name, BODY_TIMEOUTS.help)
+        front = self.app.get(FRONT)
+        family.add_metric([], front.body_timeouts if front is not None else 0)
+        yield family
+
+
 async def healthz(request: web.Request) -> web.Response:
     up = request.app[POLLER].up
     return web.json_response({"upstream": "up" if up else "down"})
@@ -120,6 +137,7 @@ def make_app(
     metrics = [MetricsObserver(registry, labels, poller, clients)] if settings.metrics else []
     if settings.metrics:
         inflight_metrics.register(registry, inflight)
+        registry.register(BodyTimeouts(app))
     labels.on_free(lambda model: inflight.forget("model", model))
     clients.on_free(lambda client: inflight.forget("client", client))
     otel = start_otel(settings, registry, poller.context_length)

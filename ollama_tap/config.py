@@ -15,9 +15,12 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from yarl import URL
 
-from ollama_tap import pgurl
+from ollama_tap import dbfile, pgurl
 from ollama_tap.attribution import DEFAULT_HEADER, parse_rule
 from ollama_tap.credentials import redacted_url
+from ollama_tap.settings_error import ConfigError
+
+__all__ = ["ConfigError", "RecordMode", "Settings"]
 
 DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
 MiB = 1024 * 1024
@@ -29,10 +32,6 @@ class RecordMode(enum.StrEnum):
     FULL = "full"
     METADATA = "metadata"
     OFF = "off"
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message names the fix."""
 
 
 def _xdg_data_dir() -> Path:
@@ -251,9 +250,7 @@ class Settings(BaseSettings):
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together; give both or neither.")
         if isinstance(self.db, Path):
-            from ollama_tap.dbfile import check  # here: dbfile imports this module
-
-            check(self.db)
+            dbfile.check(self.db)
         if self.admin_token == "none" and not self.loopback_bind:
             raise ConfigError(
                 "--admin-token none is allowed on loopback binds only; recordings hold "

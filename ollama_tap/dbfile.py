@@ -13,7 +13,7 @@ import os
 import stat
 from pathlib import Path
 
-from ollama_tap.config import ConfigError
+from ollama_tap.settings_error import ConfigError
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import time
 from typing import Final, Protocol
 
+import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from ollama_tap.relay.failures import ClientGone
 from ollama_tap.relay.http1.flow import Waiter
 from ollama_tap.relay.http1.reply import Reply
 from ollama_tap.relay.incoming import Incoming
@@ -15,14 +19,26 @@ from ollama_tap.relay.incoming import Incoming
 BODY_HIGH_WATER: Final = 2 * 2**16
 """Request-body bytes held before the client's socket stops being read (aiohttp's figure:
 twice its stream reader's limit)."""
+BODY_IDLE: Final = 75.0
+"""Seconds a request body may bring no byte, while the proxy waits for one, before its
+connection is cut: the keep-alive bound on heads (clients.KEEPALIVE_SECONDS), applied to
+silence rather than to the whole upload, which may rightly take long. Time the upload
+waits on Ollama (bytes held, socket paused) is not the client's and is not counted."""
+
+log = structlog.get_logger("ollama_tap.front")
 
 
 class Reading(Protocol):
     """The client connection's reading side, paused while a body's bytes are not taken."""
 
+    remote: str
+
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...
+
+    def body_idle(self) -> None:
+        """The body brought no byte for BODY_IDLE seconds: cut the connection."""
 
 
 class BodyStream:
@@ -40,10 +56,43 @@ class BodyStream:
         self._error: BaseException | None = None
         self._arrived = Waiter()
         self._discarding = False
+        self._watch: asyncio.TimerHandle | None = None
+        self._last = 0.0
+        """When the last byte came (monotonic), once `watch` was called."""
+
+    def watch(self) -> None:
+        """Cut the connection after BODY_IDLE seconds without a byte (`Reading.body_idle`).
+        Called for a body still arriving after a read: one that came with its head (nearly
+        every JSON request) never starts a timer."""
+        if self._watch is None and not self._eof:
+            self._last = time.monotonic()
+            self._watch = asyncio.get_running_loop().call_later(BODY_IDLE, self._check)
+
+    def _check(self) -> None:
+        self._watch = None
+        if self._eof or self._discarding:
+            return
+        now = time.monotonic()
+        if self._held:  # bytes the upload has not taken yet: the wait is Ollama's
+            self._last = now
+        quiet = now - self._last
+        if quiet < BODY_IDLE:
+            self._watch = asyncio.get_running_loop().call_later(BODY_IDLE - quiet, self._check)
+            return
+        log.info("front_body_timeout", client=self._reading.remote, idle_seconds=BODY_IDLE)
+        self.fail(ClientGone(f"no byte of the request body for {BODY_IDLE:g} s"))
+        self._reading.body_idle()
+
+    def _unwatch(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
 
     def feed(self, data: bytes) -> None:
         if self._discarding:
             return
+        if self._watch is not None:
+            self._last = time.monotonic()
         self._chunks.append(data)
         self._held += len(data)
         if self._held > BODY_HIGH_WATER:
@@ -53,12 +102,14 @@ class BodyStream:
     def feed_eof(self) -> None:
         self._eof = True
         self._arrived.wake()
+        self._unwatch()
 
     def fail(self, error: BaseException) -> None:
         if not self._eof:
             self._error = error
             self._eof = True
             self._arrived.wake()
+            self._unwatch()
 
     def discard(self) -> None:
         """Nobody will read the rest: drop what is held and what still arrives."""

@@ -68,6 +68,7 @@ class Front:
         self.clients = Clients()
         self.connections = self.clients.connections
         self.debug = tap.settings.log_level == "debug"
+        self.body_timeouts = 0  # connections cut for a stalled request body (BODY_IDLE)
 
     @property
     def closing(self) -> bool:
@@ -184,6 +185,8 @@ class FrontConnection(asyncio.Protocol):
             self.framing = 0 if self.fed else self.framing + len(data)
             if self.framing > MAX_FRAMING:
                 self.unparseable(_TooLarge("chunk framing or trailer too large"))
+            else:
+                self.current.body.watch()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.parser = None
@@ -380,6 +383,10 @@ class FrontConnection(asyncio.Protocol):
         self._linger = None
         if self.current is not None and self.task is None:
             self.transport.abort()
+
+    def body_idle(self) -> None:
+        self.front.body_timeouts += 1
+        self.transport.abort()
 
     def close_if_idle(self) -> None:
         if self.task is None and self.current is None:
