@@ -60,7 +60,8 @@ def _limit(query: Mapping[str, str]) -> int:
 
 def _cursor(query: Mapping[str, str]) -> str | None:
     cursor = query.get("cursor") or None
-    if cursor is not None and not cursor.isdigit():
+    # ASCII digits only (`²` is a digit to str.isdigit, and no int) and within a row id.
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) < 19):
         raise ValueError("cursor is invalid; pass back the next_cursor of the previous page")
     return cursor
 
