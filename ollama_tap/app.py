@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 from ollama_tap import auth
 from ollama_tap.accesslog import AccessLog
 from ollama_tap.attribution import ClientNames
-from ollama_tap.config import Settings
+from ollama_tap.config import RecordMode, Settings
 from ollama_tap.hooks import Hooks
 from ollama_tap.hostcheck import host_check, local_addresses
 from ollama_tap.inflight import api as inflight_api
@@ -171,7 +171,7 @@ def make_app(
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
-    add_loads_routes(app, loads)
+    add_loads_routes(app, loads, with_client=settings.record_mode is RecordMode.FULL)
     inflight_api.add_routes(app, inflight)
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.

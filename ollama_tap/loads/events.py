@@ -80,13 +80,17 @@ class LoadEvent:
     @property
     def detail(self) -> str:
         """One line: the diff, the evicting model, or the unloading request."""
+        return self.describe(with_client=True)
+
+    def describe(self, *, with_client: bool) -> str:
+        """`detail`, the unloading request's client address left out unless `with_client`."""
         if self.changes:
             return ", ".join(c.text for c in self.changes)
         d = self.departure
         if d is not None and d.by is not None:
             return f"evicted by {d.by}"
         if d is not None and d.by_request is not None:
-            who = f" from {d.client}" if d.client else ""
+            who = f" from {d.client}" if d.client and with_client else ""
             return f"unloaded by request {d.by_request}{who}"
         return ""
 
@@ -101,7 +105,7 @@ class LoadEvent:
             "at": self.at,
             "model": self.model,
             "cause": str(self.cause),
-            "detail": self.detail,
+            "detail": self.describe(with_client=with_client),
             "changes": [c.as_json() for c in self.changes],
             "by": d.by if d else None,
             "by_request": d.by_request if d else None,
