@@ -93,7 +93,11 @@ def _kept_token(path: Path) -> str:
                 f"{path} must belong to this user and be readable by nobody else (mode 0600); "
                 "delete it to have a new admin token made, or fix its owner and mode"
             )
-        token = f.read().strip()
+        try:
+            token = f.read().strip()
+        except OSError as exc:  # a directory opens, and fails to read
+            raise ConfigError(f"cannot read {path} ({exc.strerror}); delete it to have a new "
+                              "admin token made") from None  # fmt: skip
     if not token:
         raise ConfigError(f"{path} is empty; delete it to have a new admin token made")
     return _strong(token, f"the token in {path}")

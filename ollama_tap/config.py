@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Iterable
 from functools import lru_cache
@@ -18,11 +19,14 @@ from yarl import URL
 from ollama_tap import dbfile, pgurl
 from ollama_tap.attribution import DEFAULT_HEADER, parse_rule
 from ollama_tap.credentials import redacted_url
+from ollama_tap.pgurl import is_postgres_url
 from ollama_tap.settings_error import ConfigError
 
-__all__ = ["ConfigError", "RecordMode", "Settings"]
+__all__ = ["ConfigError", "RecordMode", "Settings", "is_postgres_url"]
 
 DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
+"""An HTTP header name (RFC 9110's token), bounded."""
 MiB = 1024 * 1024
 
 
@@ -165,6 +169,20 @@ class Settings(BaseSettings):
                 parse_rule(str(rule))  # its ValueError names the fix
         return v
 
+    @field_validator("client_header")
+    @classmethod
+    def _client_header(cls, v: str) -> str:
+        if not _HEADER_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a header name; give one like X-Ollama-Tap-Client")
+        return v
+
+    @field_validator("instance")
+    @classmethod
+    def _instance(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or len(v) > 128 or not v.isprintable()):
+            raise ValueError("must be 1 to 128 printable characters, e.g. gpu-box-1")
+        return v
+
     @field_validator("metrics_path")
     @classmethod
     def _metrics_path(cls, v: str) -> str:
@@ -176,20 +194,7 @@ class Settings(BaseSettings):
     @classmethod
     def _db(cls, v: Path | str | None) -> Path | str | None:
         # A URL stays text (psycopg reads it); anything else is a file.
-        if v is None:
-            return v
-        if is_postgres_url(v):
-            wrong = pgurl.problem(str(v))
-            if wrong is not None:
-                raise ValueError(f"{wrong}; the form is postgresql://user@host:5432/db")
-            return v
-        if isinstance(v, str) and ("://" in v or not v.strip()):
-            shown = redacted_url(v) if v.strip() else "empty"
-            raise ValueError(
-                f"{shown!r} is neither a file path nor a postgresql:// URL; give a SQLite "
-                "file (e.g. ~/.local/share/ollama-tap/records.db) or postgresql://user@host/db"
-            )
-        return Path(v)
+        return None if v is None else pgurl.location(v)
 
     @field_validator("log_level")
     @classmethod
@@ -249,6 +254,9 @@ class Settings(BaseSettings):
             ) from None
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together; give both or neither.")
+        for flag, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)):
+            if path is not None and not path.is_file():
+                raise ConfigError(f"{flag} {path} is not a file; give the PEM file's path.")
         if isinstance(self.db, Path):
             dbfile.check(self.db)
         if self.admin_token == "none" and not self.loopback_bind:
@@ -256,11 +264,6 @@ class Settings(BaseSettings):
                 "--admin-token none is allowed on loopback binds only; recordings hold "
                 "other people's prompts. Set a token or bind to 127.0.0.1."
             )
-
-
-def is_postgres_url(location: object) -> bool:
-    """Whether a --db value names a PostgreSQL database rather than a SQLite file."""
-    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
 def _strip(value: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sqlite3
 import sys
 from collections import deque
 from typing import Any, TextIO
@@ -14,7 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from ollama_tap.cli.options import add_db_option, fail, positive, settings_with_db, store_from
-from ollama_tap.config import ConfigError, binds_loopback, parse_ollama_host
+from ollama_tap.config import ConfigError, bind_addresses, binds_loopback, parse_ollama_host
+from ollama_tap.recorder.backend import StoreError
 from ollama_tap.recorder.schema import SchemaError
 from ollama_tap.recorder.store import Filters, parse_time
 from ollama_tap.replay.matching import MatchMode
@@ -47,6 +49,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if not args.speed > 0 or args.speed == float("inf"):  # nan compares false
         return fail("replay serve", "--speed must be a number above 0, e.g. 2")
+    problem = _bind_problem(args.host, args.port)
+    if problem is not None:
+        return fail("replay serve", problem)
     loopback = binds_loopback(args.host)
     if args.no_token and not loopback:
         return fail("replay serve", "--no-token is allowed on loopback binds only (the "
@@ -76,6 +81,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = replay_app(store, recordings, pacing, token=token, loopback=loopback)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     return 0
+
+
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why `replay serve` cannot listen on host:port (said before the database is read)."""
+    from ollama_tap.ports import busy_message
+
+    if not 0 <= port <= 65535:
+        return f"--port {port} is not a port; give 0 to 65535, e.g. 11434"
+    try:
+        bind_addresses(host)
+    except OSError as exc:
+        return (f"--host {host!r} cannot be resolved ({exc.strerror or exc}); give an IP "
+                "address (e.g. 127.0.0.1) or a name this machine resolves")  # fmt: skip
+    return busy_message(host, port)
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -146,7 +165,13 @@ def _guarded(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(func(args))
-        except (SchemaError, ConfigError) as exc:
+        except (SchemaError, ConfigError, StoreError) as exc:
+            return fail("replay", exc) + 1
+        except sqlite3.DatabaseError as exc:
+            where = args.db or "the database"
+            return fail("replay", f"{where} cannot be read as an ollama-tap database ({exc}); "
+                        "give the --db `serve` records to") + 1  # fmt: skip
+        except OSError as exc:  # the listening socket, taken since the check
             return fail("replay", exc) + 1
 
     return run
