@@ -30,7 +30,7 @@ from ollama_tap.cli.options import (
 from ollama_tap.cli.showing import head_lines
 from ollama_tap.config import ConfigError
 from ollama_tap.recorder.backend import StoreError as RecordsUnavailable
-from ollama_tap.recorder.export import har, write_jsonl
+from ollama_tap.recorder.export import write_har, write_jsonl
 from ollama_tap.recorder.schema import SchemaError
 from ollama_tap.recorder.store import Filters, parse_time
 from ollama_tap.terminal import plural, printable
@@ -159,7 +159,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _write_har(records: Any, out: IO[bytes]) -> None:
-    out.write(orjson.dumps(har(records, _version()), option=orjson.OPT_INDENT_2))
+    write_har(records, out, _version())
 
 
 def _guard(func: Command) -> Command:
