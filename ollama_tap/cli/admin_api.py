@@ -73,9 +73,10 @@ def token_for(url: URL, args: argparse.Namespace) -> str | None:
         return None
     if env := os.environ.get("OLLAMA_TAP_ADMIN_TOKEN"):
         return None if env == "none" else env
-    # auth.token_file's place; auth itself is not imported, it loads the server stack.
-    path = Settings.model_validate({}).db_path.parent / "admin-token"
-    with contextlib.suppress(OSError):
+    # auth.token_file's place; auth itself is not imported, it loads the server stack. A
+    # bad OLLAMA_TAP_* value (a ValueError) means no local token, as an unreadable file.
+    with contextlib.suppress(OSError, ValueError):
+        path = Settings.model_validate({}).db_path.parent / "admin-token"
         return path.read_text().strip() or None
     return None
 
