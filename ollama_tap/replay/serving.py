@@ -15,6 +15,8 @@ from ollama_tap import ollama
 from ollama_tap.hostcheck import host_check, local_addresses
 from ollama_tap.names import canonical_model
 from ollama_tap.ollama.errors import go_json
+from ollama_tap.recorder.backend import DB_TIMEOUT, StoreError
+from ollama_tap.recorder.reads import Reads
 from ollama_tap.recorder.store import Filters, Store
 from ollama_tap.replay.access import Readers, TooLarge, token_middleware
 from ollama_tap.replay.catalog import VERSION, Catalog
@@ -59,6 +61,9 @@ class Replayer:
         self.store, self.recordings, self.pacing = store, recordings, pacing
         self.misses = 0
         self.readers = Readers()
+        self.reads = Reads(DB_TIMEOUT)
+        """The database reads: bounded in time, in daemon threads (a hung PostgreSQL
+        neither holds a request nor the process at exit)."""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         clock = asyncio.get_running_loop().time
@@ -74,9 +79,12 @@ class Replayer:
         if rid is None:
             return self._refuse(request, endpoint, library.miss(want))
         try:
-            reply = await asyncio.to_thread(self._reply, rid)
+            reply = await self.reads.run(self._reply, rid)
         except Unreplayable as exc:
             return self._refuse(request, endpoint, str(exc))
+        except StoreError as exc:  # a database that stopped answering: not a miss
+            body = ollama.error_body(ollama.family_of(endpoint), 503, str(exc))
+            return web.Response(status=503, body=body, headers={"Content-Type": _JSON})
         return await self._send(request, reply, lambda at: self._wait(start, at, clock))
 
     def _reply(self, rid: str) -> Reply:
