@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -79,6 +80,17 @@ def token_for(url: URL, args: argparse.Namespace) -> str | None:
         path = Settings.model_validate({}).db_path.parent / "admin-token"
         return path.read_text().strip() or None
     return None
+
+
+def warn_in_clear(command: str, url: URL, token: str | None) -> None:
+    """Say on stderr that a token is about to cross the network in clear (http:// to a
+    host that is not this machine): https:// is the fix, or a tunnel."""
+    if token and url.scheme == "http" and not is_loopback_host(url.host or ""):
+        print(
+            f"ollama-tap {command}: warning: the admin token goes to {url.host} over plain "
+            "HTTP, readable on the way; prefer https:// (docs/security.md)",
+            file=sys.stderr,
+        )
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

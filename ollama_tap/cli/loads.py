@@ -15,7 +15,14 @@ from rich.table import Table
 from rich.text import Text
 from yarl import URL
 
-from ollama_tap.cli.admin_api import ApiError, add_options, base_url, get_json, token_for
+from ollama_tap.cli.admin_api import (
+    ApiError,
+    add_options,
+    base_url,
+    get_json,
+    token_for,
+    warn_in_clear,
+)
 from ollama_tap.cli.options import fail
 
 DEFAULT_URL: Final = "http://127.0.0.1:11435"
@@ -63,7 +70,9 @@ def run_loads(args: argparse.Namespace) -> int:
         return fail("loads", "--limit must be from 1 to 500")
     try:
         url = base_url(args.url)
-        events = fetch(url, token_for(url, args), args.model, args.limit)
+        token = token_for(url, args)
+        warn_in_clear("loads", url, token)
+        events = fetch(url, token, args.model, args.limit)
     except ApiError as exc:
         return fail("loads", exc)
     if args.json:

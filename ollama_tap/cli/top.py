@@ -17,7 +17,14 @@ from rich.table import Table
 from rich.text import Text
 from yarl import URL
 
-from ollama_tap.cli.admin_api import ApiError, add_options, base_url, get_json, token_for
+from ollama_tap.cli.admin_api import (
+    ApiError,
+    add_options,
+    base_url,
+    get_json,
+    token_for,
+    warn_in_clear,
+)
 from ollama_tap.cli.options import fail
 
 DEFAULT_URL: Final = "http://127.0.0.1:11435"
@@ -104,6 +111,7 @@ def cmd_top(args: argparse.Namespace) -> int:
         token = token_for(url, args)
     except ApiError as exc:
         return fail("top", exc)
+    warn_in_clear("top", url, token)
     console = Console(width=min(Console().width, WIDTH) if not args.once else WIDTH)
     if args.once:
         try:

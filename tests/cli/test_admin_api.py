@@ -114,3 +114,14 @@ async def test_a_reply_that_is_not_the_taps_is_one_line(
     for command in COMMANDS:
         code, err = await run(tmp_path, *command, "--url", f"http://127.0.0.1:{tap.port}")
         assert code == 1 and "is it ollama-tap?" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+async def test_a_token_over_plain_http_to_another_host_is_warned_of(
+    tmp_path: Path, command: list[str]
+) -> None:
+    url = "http://tap.example.invalid:11435"
+    code, err = await run(tmp_path, *command, "--url", url, "--token", "given-token-0123456789")
+    assert code == 1 and "over plain HTTP" in err and "given-token" not in err
+    code, err = await run(tmp_path, *command, "--url", url)  # no token: nothing to warn of
+    assert code == 1 and "over plain HTTP" not in err
