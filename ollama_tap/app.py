@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ollama_tap import auth
 from ollama_tap.accesslog import AccessLog
 from ollama_tap.attribution import ClientNames
-from ollama_tap.config import Settings
+from ollama_tap.config import RecordMode, Settings
 from ollama_tap.hooks import Hooks
 from ollama_tap.hostcheck import host_check, local_addresses
 from ollama_tap.inflight import api as inflight_api
@@ -20,13 +22,14 @@ from ollama_tap.inflight.registry import InFlight
 from ollama_tap.inspector import add_routes as add_inspector_routes
 from ollama_tap.loads.api import add_routes as add_loads_routes
 from ollama_tap.loads.tracker import LoadTracker
+from ollama_tap.metrics.families import BODY_TIMEOUTS
 from ollama_tap.metrics.observer import MetricsObserver, metrics_handler
 from ollama_tap.names import ModelLabels
 from ollama_tap.otel import Otel
 from ollama_tap.otel import start as start_otel
 from ollama_tap.recorder import Recorder
 from ollama_tap.recorder.api import add_routes as add_recorder_routes
-from ollama_tap.relay import install, server_args
+from ollama_tap.relay import FRONT, install, server_args
 from ollama_tap.relay.headers import MAX_FIELD
 from ollama_tap.tokens.store import ModelStore
 from ollama_tap.tokens.vocab import Vocab, VocabCache, VocabSource
@@ -101,6 +104,20 @@ async def _otel(app: web.Application) -> AsyncIterator[None]:
     await app[OTEL].close()
 
 
+class BodyTimeouts(Collector):
+    """The HTTP/1 front's count of connections cut for a stalled request body, read at
+    scrape time."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(BODY_TIMEOUTS.name, BODY_TIMEOUTS.help)
+        front = self.app.get(FRONT)
+        family.add_metric([], front.body_timeouts if front is not None else 0)
+        yield family
+
+
 async def healthz(request: web.Request) -> web.Response:
     up = request.app[POLLER].up
     return web.json_response({"upstream": "up" if up else "down"})
@@ -141,6 +158,7 @@ def make_app(
     if metrics:
         clients.on_free(metrics[0].m.forget_client)
         inflight_metrics.register(registry, inflight)
+        registry.register(BodyTimeouts(app))
     labels.on_free(lambda model: inflight.forget("model", model))
     clients.on_free(lambda client: inflight.forget("client", client))
     otel = start_otel(settings, registry, poller.context_length)
@@ -172,7 +190,7 @@ def make_app(
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
-    add_loads_routes(app, loads)
+    add_loads_routes(app, loads, with_client=settings.record_mode is RecordMode.FULL)
     inflight_api.add_routes(app, inflight)
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.

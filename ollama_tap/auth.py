@@ -18,16 +18,21 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from ollama_tap.attempts import FailedAttempts
 from ollama_tap.config import ConfigError, Settings
+from ollama_tap.dbfile import check as check_db_file
 from ollama_tap.sessions import LIFETIME, Sessions
+
+log = structlog.get_logger("ollama_tap.auth")
 
 PREFIX: Final = "/_tap"
 OPEN_PATHS: Final = frozenset({"/_tap/healthz", PREFIX})
@@ -58,6 +63,8 @@ def admin_token(settings: Settings) -> str | None:
         return None
     if settings.admin_token:
         return _strong(settings.admin_token, "--admin-token (OLLAMA_TAP_ADMIN_TOKEN)")
+    if isinstance(settings.db, Path):
+        check_db_file(settings.db)  # the token goes beside it: never beside a device
     path = token_file(settings)
     if not path.parent.exists():
         path.parent.mkdir(parents=True, mode=0o700)
@@ -86,7 +93,11 @@ def _kept_token(path: Path) -> str:
                 f"{path} must belong to this user and be readable by nobody else (mode 0600); "
                 "delete it to have a new admin token made, or fix its owner and mode"
             )
-        token = f.read().strip()
+        try:
+            token = f.read().strip()
+        except OSError as exc:  # a directory opens, and fails to read
+            raise ConfigError(f"cannot read {path} ({exc.strerror}); delete it to have a new "
+                              "admin token made") from None  # fmt: skip
     if not token:
         raise ConfigError(f"{path} is empty; delete it to have a new admin token made")
     return _strong(token, f"the token in {path}")
@@ -103,7 +114,8 @@ def _strong(token: str, source: str) -> str:
     return token
 
 
-def _matches(given: str | None, token: str) -> bool:
+def matches(given: str | None, token: str) -> bool:
+    """Whether `given` is the token (constant-time)."""
     # surrogateescape: a header's non-UTF-8 bytes (aiohttp keeps them so) must not raise,
     # and the exception's text would carry the credential into the log.
     return given is not None and hmac.compare_digest(
@@ -111,7 +123,8 @@ def _matches(given: str | None, token: str) -> bool:
     )
 
 
-def _bearer(request: web.Request) -> str | None:
+def bearer(request: web.Request) -> str | None:
+    """The credential of an `Authorization: Bearer` header, or None."""
     scheme, _, value = request.headers.get("Authorization", "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" else None
 
@@ -150,8 +163,8 @@ def _unauthorized(request: web.Request) -> web.Response:
 def _too_many(wait: int) -> web.Response:
     return web.json_response(
         {
-            "error": f"ollama-tap: too many wrong admin tokens from this address; try again "
-            f"in {wait} s with the token `ollama-tap serve` printed (it is kept in the file "
+            "error": f"ollama-tap: too many wrong admin tokens; try again in {wait} s with the "
+            "token `ollama-tap serve` printed (it is kept in the file "
             "admin-token beside the database)."
         },
         status=429,
@@ -190,25 +203,49 @@ class Guard:
         self.token = token
         self.sessions = Sessions()
         self.attempts = FailedAttempts()
+        self.watch = GuessWatch(self.attempts)
 
     def check(self, request: web.Request) -> web.StreamResponse | None:
-        """None when the request may pass, else the reply that refuses or redirects it."""
+        """None when the request may pass, else the reply that refuses or redirects it.
+
+        A right token passes whatever came before it (attempts.py); only wrong ones are
+        counted, and they earn the 429."""
         given = request.rel_url.query.get("token") if request.method == "GET" else None
-        bearer = _bearer(request)
-        address = request.remote or ""
-        if given is not None or bearer is not None:
-            wait = self.attempts.retry_after(address)
+        if given is not None and matches(given, self.token):
+            return _without_token(request, self.sessions.open())
+        presented = bearer(request)
+        if matches(presented, self.token) or self.sessions.valid(request.cookies.get(COOKIE)):
+            # Signed in already: a `token` parameter leaves the URL, right or not.
+            return None if given is None else _without_token(request, None)
+        if given is not None or presented is not None:
+            wait = self.watch.failed(request.remote or "")
             if wait is not None:
                 return _too_many(wait)
-        if given is not None and _matches(given, self.token):
-            return _without_token(request, self.sessions.open())
-        if not (_matches(bearer, self.token) or self.sessions.valid(request.cookies.get(COOKIE))):
-            if given is not None or bearer is not None:
-                self.attempts.failed(address)
-            return _unauthorized(request)
-        if given is not None:
-            return _without_token(request, None)  # signed in already: the token leaves the URL
-        return None
+        return _unauthorized(request)
+
+
+class GuessWatch:
+    """Counts wrong tokens (FailedAttempts) and says once a window, in the log, that the
+    shared budget was spent: someone is guessing, or a client holds a stale token."""
+
+    def __init__(self, attempts: FailedAttempts) -> None:
+        self.attempts = attempts
+        self._said_at: float | None = None
+
+    def failed(self, address: str) -> int | None:
+        """Count a wrong token from `address`; the Retry-After it earns, or None (401)."""
+        wait = self.attempts.failed(address)
+        if self.attempts.spent():
+            now = time.monotonic()
+            if self._said_at is None or now - self._said_at >= self.attempts.window:
+                self._said_at = now
+                log.warning(
+                    "admin_token_failures",
+                    within_seconds=self.attempts.window,
+                    failures=self.attempts.global_limit,
+                    last_address=address,
+                )
+        return wait
 
 
 def _own(request: web.Request) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Iterable
 from functools import lru_cache
@@ -15,10 +16,17 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from yarl import URL
 
+from ollama_tap import dbfile, pgurl
 from ollama_tap.attribution import DEFAULT_HEADER, parse_rule
 from ollama_tap.credentials import redacted_url
+from ollama_tap.pgurl import is_postgres_url
+from ollama_tap.settings_error import ConfigError
+
+__all__ = ["ConfigError", "RecordMode", "Settings", "is_postgres_url"]
 
 DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
+"""An HTTP header name (RFC 9110's token), bounded."""
 MiB = 1024 * 1024
 
 
@@ -28,10 +36,6 @@ class RecordMode(enum.StrEnum):
     FULL = "full"
     METADATA = "metadata"
     OFF = "off"
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message names the fix."""
 
 
 def _xdg_data_dir() -> Path:
@@ -99,6 +103,11 @@ class Settings(BaseSettings):
     retention_bytes: Annotated[int, Field(gt=0)] = Field(
         1024 * MiB, description="The database is pruned, oldest first, above this size."
     )
+    db_timeout: Annotated[float, Field(gt=0)] = Field(
+        30.0,
+        description="Seconds a database read or PostgreSQL statement may take, and a "
+        "PostgreSQL server may stay silent, before it counts as unavailable.",
+    )
     recorder_queue: Annotated[int, Field(ge=1)] = Field(
         10_000, description="Records waiting for the writer; beyond it they are dropped."
     )
@@ -153,6 +162,20 @@ class Settings(BaseSettings):
                 parse_rule(str(rule))  # its ValueError names the fix
         return v
 
+    @field_validator("client_header")
+    @classmethod
+    def _client_header(cls, v: str) -> str:
+        if not _HEADER_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a header name; give one like X-Ollama-Tap-Client")
+        return v
+
+    @field_validator("instance")
+    @classmethod
+    def _instance(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or len(v) > 128 or not v.isprintable()):
+            raise ValueError("must be 1 to 128 printable characters, e.g. gpu-box-1")
+        return v
+
     @field_validator("metrics_path")
     @classmethod
     def _metrics_path(cls, v: str) -> str:
@@ -164,7 +187,7 @@ class Settings(BaseSettings):
     @classmethod
     def _db(cls, v: Path | str | None) -> Path | str | None:
         # A URL stays text (psycopg reads it); anything else is a file.
-        return v if v is None or is_postgres_url(v) else Path(v)
+        return None if v is None else pgurl.location(v)
 
     @field_validator("log_level")
     @classmethod
@@ -224,16 +247,16 @@ class Settings(BaseSettings):
             ) from None
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together; give both or neither.")
+        for flag, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key)):
+            if path is not None and not path.is_file():
+                raise ConfigError(f"{flag} {path} is not a file; give the PEM file's path.")
+        if isinstance(self.db, Path):
+            dbfile.check(self.db)
         if self.admin_token == "none" and not self.loopback_bind:
             raise ConfigError(
                 "--admin-token none is allowed on loopback binds only; recordings hold "
                 "other people's prompts. Set a token or bind to 127.0.0.1."
             )
-
-
-def is_postgres_url(location: object) -> bool:
-    """Whether a --db value names a PostgreSQL database rather than a SQLite file."""
-    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
 def _strip(value: str) -> str:

@@ -61,6 +61,30 @@ def redacted_query(query: str) -> str:
     return "&".join(pairs)
 
 
+_JSON_PAIR: Final = re.compile(
+    r'"((?:[^"\\]|\\.){1,256})"(\s*:\s*)("(?:[^"\\]|\\.)*"|[^\s,}\]{\["][^\s,}\]]*)'
+)
+"""A `"name": value` pair in text that looks like JSON (a string value, or a bare one)."""
+_FORM_PAIR: Final = re.compile(r"(?:^|(?<=[&;\s?]))([^\s=&;\"{}]{1,256})=([^&;\s]*)")
+"""A `name=value` pair of a form body or a query string in free text."""
+
+
+def redacted_text(text: str) -> str:
+    """A request body that did not parse as JSON (a trailing comma, a form body, text),
+    with the values of credential-named pairs replaced, JSON-looking or `name=value`: such
+    a body is stored as text, and its credentials must not be."""
+
+    def json_pair(m: re.Match[str]) -> str:
+        if not is_credential_key(m.group(1)):
+            return m.group(0)
+        return f'"{m.group(1)}"{m.group(2)}"{REDACTED}"'
+
+    def form_pair(m: re.Match[str]) -> str:
+        return f"{m.group(1)}={REDACTED}" if is_credential_name(m.group(1)) else m.group(0)
+
+    return _FORM_PAIR.sub(form_pair, _JSON_PAIR.sub(json_pair, text))
+
+
 def redacted_path(path: str) -> str:
     """The path with the values of credential path parameters (`/x;token=v/y`) replaced."""
     if ";" not in path:

@@ -35,7 +35,14 @@ def _ssl(settings: Settings) -> ssl.SSLContext | None:
     if settings.tls_cert is None or settings.tls_key is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    try:
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(
+            f"cannot load --tls-cert {settings.tls_cert} with --tls-key {settings.tls_key} "
+            f"({getattr(exc, 'reason', None) or exc.strerror or exc}); give a PEM certificate "
+            "and its private key"
+        ) from None
     return context
 
 
@@ -78,10 +85,11 @@ def serve(settings: Settings) -> int:
     upstream session, the poller and the recorder, which drains its queue to disk.
     """
     logs.configure(settings.log_level, settings.log_format)
+    tls = _ssl(settings)  # before anything starts: a bad certificate is one line
     raise_fd_limit()  # before make_app: the front's connection cap follows from the limit
     app = make_app(settings)
     with asyncio.Runner(loop_factory=_loop) as runner:
-        runner.run(_run(app, settings))
+        runner.run(_run(app, settings, tls))
     return 0
 
 
@@ -129,7 +137,7 @@ def _check_bound(settings: Settings, bound: list[str]) -> None:
         )
 
 
-async def _run(app: web.Application, settings: Settings) -> None:
+async def _run(app: web.Application, settings: Settings, tls: ssl.SSLContext | None) -> None:
     runner = web.AppRunner(
         app,
         handler_cancellation=True,
@@ -141,7 +149,7 @@ async def _run(app: web.Application, settings: Settings) -> None:
     await runner.setup()
     try:
         try:
-            await make_site(runner, settings.host, settings.port, _ssl(settings)).start()
+            await make_site(runner, settings.host, settings.port, tls).start()
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise

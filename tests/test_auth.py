@@ -10,10 +10,13 @@ import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
+from structlog.testing import capture_logs
 
+from ollama_tap.attempts import GLOBAL_LIMIT, LIMIT
 from ollama_tap.auth import COOKIE, CSP, MIN_TOKEN, admin_token, auth_middleware
 from ollama_tap.config import ConfigError, Settings
 from tests.conftest import Proxy
@@ -202,26 +205,57 @@ def test_a_token_file_anyone_else_could_have_planted_is_refused(tmp_path: Path, 
         admin_token(settings(tmp_path))
 
 
-async def test_wrong_tokens_earn_a_429_and_signed_in_browsers_pass(client: Client) -> None:
+async def test_wrong_tokens_earn_a_429_and_the_right_token_still_passes(client: Client) -> None:
     signed_in = await client.get(f"/_tap/?token={TOKEN}", allow_redirects=False)
     session = {"Cookie": f"{COOKIE}={signed_in.cookies[COOKIE].value}"}
     client.session.cookie_jar.clear()
     for _ in range(3):  # no token at all: not an attempt, not counted
         assert (await client.get("/_tap/api/records")).status == 401
-    for i in range(5):
+    for i in range(6):
         wrong = {"Authorization": f"Bearer wrong-token-{i:02}-xxxxxxx"}
-        assert (await client.get("/_tap/api/records", headers=wrong)).status == 401
-    for attempt in ({"Authorization": f"Bearer {TOKEN}"}, None):
-        if attempt is None:  # the right token in the URL is held up as well
-            resp = await client.get(f"/_tap/?token={TOKEN}", allow_redirects=False)
-        else:
-            resp = await client.get("/_tap/api/records", headers=attempt)
-        assert resp.status == 429
-        assert 55 <= int(resp.headers["Retry-After"]) <= 60
-        body = await resp.json()
-        assert set(body) == {"error"} and "try again in" in body["error"]
-        assert resp.headers["Content-Security-Policy"] == CSP
+        resp = await client.get("/_tap/api/records", headers=wrong)
+        assert resp.status == (401 if i < LIMIT else 429)
+    assert 55 <= int(resp.headers["Retry-After"]) <= 60
+    body = await resp.json()
+    assert set(body) == {"error"} and "try again in" in body["error"]
+    assert resp.headers["Content-Security-Policy"] == CSP
+    # The address is past its limit, yet the right token is never held up (a TLS front on
+    # the same host makes every client this one address).
+    right = {"Authorization": f"Bearer {TOKEN}"}
+    assert (await client.get("/_tap/api/records", headers=right)).status == 200
+    resp = await client.get(f"/_tap/?token={TOKEN}", allow_redirects=False)
+    assert resp.status == 303 and COOKIE in resp.cookies
     assert (await client.get("/_tap/api/records", headers=session)).status == 200
+
+
+async def test_rotating_addresses_meets_the_shared_budget(
+    aiohttp_server: Callable[[web.Application], Awaitable[TestServer]],
+) -> None:
+    """250 source addresses × 5 wrong tokens went unthrottled when the count was per address
+    only: the shared budget answers 429 once GLOBAL_LIMIT wrong tokens came from any."""
+    app = web.Application(middlewares=[auth_middleware(TOKEN)])
+    app.router.add_get("/_tap/api/records", ok)
+    server = await aiohttp_server(app)
+    statuses: list[int] = []
+    with capture_logs() as lines:
+        await _guess_from_15_addresses(server, statuses)
+    assert statuses[:GLOBAL_LIMIT] == [401] * GLOBAL_LIMIT
+    assert set(statuses[GLOBAL_LIMIT:]) == {429}
+    [said] = [line for line in lines if line["event"] == "admin_token_failures"]
+    assert "guess-" not in str(said)
+
+
+async def _guess_from_15_addresses(server: TestServer, statuses: list[int]) -> None:
+    for a in range(1, 16):
+        connector = aiohttp.TCPConnector(local_addr=(f"127.0.210.{a}", 0))
+        async with aiohttp.ClientSession(connector=connector) as s:
+            for k in range(3):  # under the per-address limit
+                wrong = {"Authorization": f"Bearer guess-{a}-{k}-xxxxxxxxxxxx"}
+                async with s.get(server.make_url("/_tap/api/records"), headers=wrong) as resp:
+                    statuses.append(resp.status)
+            right = {"Authorization": f"Bearer {TOKEN}"}
+            async with s.get(server.make_url("/_tap/api/records"), headers=right) as resp:
+                assert resp.status == 200
 
 
 async def raw_request(proxy: Proxy, head: str) -> tuple[int, bytes]:

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ollama_tap.auth import API_HEADERS
 from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import LLAMA, upstream_polled
@@ -50,6 +51,10 @@ async def poll(proxy: Proxy, session: aiohttp.ClientSession, out: list[dict[str,
 async def watch(proxy: Proxy, session: aiohttp.ClientSession, out: list[tuple[float, Any]]) -> None:
     async with session.get(f"{proxy.url}/_tap/api/inflight", params={"watch": "1"}) as r:
         assert r.headers["Content-Type"] == "text/event-stream"
+        # The security headers the other /_tap/ replies carry (added by the middleware
+        # after the handler: too late for a stream prepared inside it).
+        for name, value in API_HEADERS.items():
+            assert r.headers[name] == value, name
         async for line in r.content:
             if line.startswith(b"data: "):
                 out.append((time.monotonic(), orjson.loads(line[6:])))

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from ollama_tap.cli import bench, decode, loads, models, records, replay, suggest, top
-from ollama_tap.config import ConfigError, Settings
+from ollama_tap.config import ConfigError, Settings, is_postgres_url
 from ollama_tap.credentials import redacted_url
 from ollama_tap.ports import busy_message
 from ollama_tap.recorder.schema import SchemaError
@@ -91,7 +91,21 @@ def _explain(error: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def _in_argv(args: argparse.Namespace) -> list[str]:
+    """The secrets given as flags, which every local user sees in `ps`."""
+    shown = []
+    if getattr(args, "admin_token", None) not in (None, "none"):
+        shown.append("--admin-token (use OLLAMA_TAP_ADMIN_TOKEN, or the generated token file)")
+    db = getattr(args, "db", None)
+    if is_postgres_url(db) and redacted_url(str(db)) != db:
+        shown.append("the password in --db (use PGPASSWORD, ~/.pgpass or OLLAMA_TAP_DB)")
+    return shown
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    for secret in _in_argv(args):
+        print(f"ollama-tap: warning: {secret} is visible to every local user in `ps`; see "
+              "docs/security.md", file=sys.stderr)  # fmt: skip
     try:
         settings = settings_from(args)
         settings.check()

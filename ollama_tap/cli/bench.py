@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from ollama_tap.benchmark import DEFAULT_PROMPT, run_bench
+from ollama_tap.cli.options import positive, whole
 from ollama_tap.config import DEFAULT_UPSTREAM
 
 
@@ -28,10 +29,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     prompts.add_argument("--prompt", metavar="TEXT", help=f"default: {DEFAULT_PROMPT!r}")
     prompts.add_argument("--prompts", metavar="FILE", type=Path, help="one prompt per line")
     p.add_argument(
-        "-n", type=_positive, default=10, metavar="N", help="counted requests per endpoint [10]"
+        "-n", type=positive, default=10, metavar="N", help="counted requests per endpoint [10]"
     )
     p.add_argument(
-        "-c", type=_positive, default=1, metavar="CONCURRENCY", help="requests in flight [1]"
+        "-c", type=positive, default=1, metavar="CONCURRENCY", help="requests in flight [1]"
     )
     p.add_argument(
         "--warmup",
@@ -43,27 +44,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--api", choices=("generate", "chat"), default="generate", help="route [generate]"
     )
-    p.add_argument("--num-predict", type=_positive, metavar="N", help="cap output tokens (options)")
+    p.add_argument("--num-predict", type=positive, metavar="N", help="cap output tokens (options)")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=run_bench)
 
 
-def _whole(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-
-
-def _positive(text: str) -> int:
-    value = _whole(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def _natural(text: str) -> int:
-    value = _whole(text)
+    value = whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     return value

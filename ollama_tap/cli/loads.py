@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from datetime import datetime
 from typing import Any, Final
 
@@ -15,9 +13,17 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from yarl import URL
 
+from ollama_tap.cli.admin_api import (
+    ApiError,
+    add_options,
+    base_url,
+    get_json,
+    token_for,
+    warn_in_clear,
+)
 from ollama_tap.cli.options import fail
-from ollama_tap.config import Settings
 
 DEFAULT_URL: Final = "http://127.0.0.1:11435"
 COLUMNS: Final = ("TIME", "MODEL", "CAUSE", "DETAIL", "CLIENT", "REQUEST", "LOAD", "WAITED")
@@ -26,49 +32,20 @@ COLUMNS: Final = ("TIME", "MODEL", "CAUSE", "DETAIL", "CLIENT", "REQUEST", "LOAD
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `loads` to the CLI's subparsers."""
     p = sub.add_parser("loads", help="recent model loads and their causes, from a running proxy")
-    p.add_argument(
-        "--url",
-        default=os.environ.get("OLLAMA_TAP_URL", DEFAULT_URL),
-        help=f"the proxy's URL (default: $OLLAMA_TAP_URL, else {DEFAULT_URL})",
-    )
-    p.add_argument(
-        "--token",
-        default=os.environ.get("OLLAMA_TAP_ADMIN_TOKEN"),
-        help="admin token (default: $OLLAMA_TAP_ADMIN_TOKEN, else the admin-token file "
-        "beside the database)",
-    )
+    add_options(p, os.environ.get("OLLAMA_TAP_URL", DEFAULT_URL))
     p.add_argument("--model", help="only this model's loads")
     p.add_argument("--limit", type=int, default=100, help="most events shown (newest)")
     p.add_argument("--json", action="store_true", help="print the events as JSON")
     p.set_defaults(func=run_loads)
 
 
-def _token(given: str | None) -> str | None:
-    if given:
-        return given
-    # auth.token_file's place; auth itself is not imported, it loads the server stack.
-    path = Settings.model_validate({}).db_path.parent / "admin-token"
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
-
-
-def fetch(url: str, token: str | None, model: str | None, limit: int) -> list[dict[str, Any]]:
-    """The events /_tap/api/loads lists, newest first; raises OSError with the reason."""
+def fetch(url: URL, token: str | None, model: str | None, limit: int) -> list[dict[str, Any]]:
+    """The events /_tap/api/loads lists, newest first (ApiError naming the fix)."""
     query = urllib.parse.urlencode({"limit": limit, **({"model": model} if model else {})})
-    request = urllib.request.Request(f"{url.rstrip('/')}/_tap/api/loads?{query}")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            body = orjson.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        detail = orjson.loads(exc.read() or b"{}").get("error", exc.reason)
-        raise OSError(f"{url}: HTTP {exc.code}: {detail}") from None
-    except urllib.error.URLError as exc:
-        raise OSError(f"cannot reach the proxy at {url} ({exc.reason}); pass --url") from None
-    loads: list[dict[str, Any]] = body["loads"]
+    body = get_json(url, f"/_tap/api/loads?{query}", token, timeout=10)
+    loads = body.get("loads") if isinstance(body, dict) else None
+    if not isinstance(loads, list):
+        raise ApiError(f"{url} did not answer as ollama-tap does; is it ollama-tap? (--url)")
     return loads
 
 
@@ -92,8 +69,11 @@ def run_loads(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= 500:
         return fail("loads", "--limit must be from 1 to 500")
     try:
-        events = fetch(args.url, _token(args.token), args.model, args.limit)
-    except (OSError, orjson.JSONDecodeError, KeyError) as exc:
+        url = base_url(args.url)
+        token = token_for(url, args)
+        warn_in_clear("loads", url, token)
+        events = fetch(url, token, args.model, args.limit)
+    except ApiError as exc:
         return fail("loads", exc)
     if args.json:
         sys.stdout.write(orjson.dumps(events).decode() + "\n")

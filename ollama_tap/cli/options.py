@@ -10,8 +10,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
+from pydantic import ValidationError
 
-from ollama_tap.config import DEFAULT_UPSTREAM, Settings, resolve_upstream
+from ollama_tap.config import DEFAULT_UPSTREAM, ConfigError, Settings, resolve_upstream
 from ollama_tap.recorder.store import Store
 from ollama_tap.tokens.store import ModelStore
 from ollama_tap.tokens.vocab import VocabSource
@@ -29,8 +30,18 @@ def add_db_option(p: argparse.ArgumentParser) -> None:
 
 def store_from(args: argparse.Namespace) -> Store:
     """The database `add_db_option` chose: --db, else where `serve` records."""
+    return Store(settings_with_db(args).db_location)
+
+
+def settings_with_db(args: argparse.Namespace) -> Settings:
+    """The settings as `serve` would make them with this --db (ConfigError naming the fix
+    for a value that cannot be one, its password left out)."""
     values = {} if args.db is None else {"db": args.db}
-    return Store(Settings.model_validate(values).db_location)
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        # Only the messages: the error's own text quotes the input, a URL's password too.
+        raise ConfigError("; ".join(str(e["msg"]) for e in exc.errors())) from None
 
 
 def add_vocab_options(p: argparse.ArgumentParser) -> None:
@@ -60,6 +71,22 @@ async def vocab_source(args: argparse.Namespace) -> AsyncIterator[VocabSource]:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=120)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         yield VocabSource(session, upstream, store)
+
+
+def whole(text: str) -> int:
+    """An argparse type: a whole number (argparse's one-line error otherwise)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def fail(command: str, message: object) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sqlite3
 import statistics
 import sys
 from collections import Counter
@@ -19,11 +20,17 @@ import orjson
 
 from ollama_tap.cli.figures import find_record, rate, seconds
 from ollama_tap.cli.listing import print_table
-from ollama_tap.cli.options import add_db_option, add_vocab_options, store_from, vocab_source
+from ollama_tap.cli.options import (
+    add_db_option,
+    add_vocab_options,
+    positive,
+    store_from,
+    vocab_source,
+)
 from ollama_tap.cli.showing import head_lines
 from ollama_tap.config import ConfigError
 from ollama_tap.recorder.backend import StoreError as RecordsUnavailable
-from ollama_tap.recorder.export import har, write_jsonl
+from ollama_tap.recorder.export import write_har, write_jsonl
 from ollama_tap.recorder.schema import SchemaError
 from ollama_tap.recorder.store import Filters, parse_time
 from ollama_tap.terminal import plural, printable
@@ -152,7 +159,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _write_har(records: Any, out: IO[bytes]) -> None:
-    out.write(orjson.dumps(har(records, _version()), option=orjson.OPT_INDENT_2))
+    write_har(records, out, _version())
 
 
 def _guard(func: Command) -> Command:
@@ -166,6 +173,15 @@ def _guard(func: Command) -> Command:
             return int(func(args))
         except (SchemaError, RecordsUnavailable, ConfigError) as exc:
             print(f"ollama-tap: {exc}", file=sys.stderr)
+            return 2
+        except sqlite3.DatabaseError as exc:
+            where = args.db or "the database"
+            print(f"ollama-tap records: {where} cannot be read as an ollama-tap database "
+                  f"({exc}); give the --db `serve` records to", file=sys.stderr)  # fmt: skip
+            return 2
+        except OSError as exc:  # the output file of an export
+            print(f"ollama-tap records: cannot write {exc.filename} ({exc.strerror}); give "
+                  "-o a file path", file=sys.stderr)  # fmt: skip
             return 2
 
     return run
@@ -192,7 +208,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rsub = records.add_subparsers(dest="records_command", required=True, metavar="ACTION")
     p = rsub.add_parser("list", help="a table of the newest records")
     _common(p, filters=True)
-    p.add_argument("--limit", type=int, default=50, help="most records shown [default: 50]")
+    p.add_argument("--limit", type=positive, default=50, help="most records shown [default: 50]")
     shape = p.add_mutually_exclusive_group()
     shape.add_argument("--json", action="store_true", help="one JSON array, for scripts")
     shape.add_argument("--jsonl", action="store_true", help="one JSON object a line")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sqlite3
 import sys
 from collections import deque
 from typing import Any, TextIO
@@ -12,8 +14,9 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from ollama_tap.cli.options import add_db_option, fail, store_from
-from ollama_tap.config import ConfigError, binds_loopback, parse_ollama_host
+from ollama_tap.cli.options import add_db_option, fail, positive, settings_with_db, store_from
+from ollama_tap.config import ConfigError, bind_addresses, binds_loopback, parse_ollama_host
+from ollama_tap.recorder.backend import StoreError
 from ollama_tap.recorder.schema import SchemaError
 from ollama_tap.recorder.store import Filters, parse_time
 from ollama_tap.replay.matching import MatchMode
@@ -44,8 +47,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ollama_tap.logs import configure
     from ollama_tap.replay.serving import Pacing, load, replay_app
 
-    if args.speed <= 0:
-        return fail("replay serve", "--speed must be above 0")
+    if not args.speed > 0 or args.speed == float("inf"):  # nan compares false
+        return fail("replay serve", "--speed must be a number above 0, e.g. 2")
+    problem = _bind_problem(args.host, args.port)
+    if problem is not None:
+        return fail("replay serve", problem)
+    loopback = binds_loopback(args.host)
+    if args.no_token and not loopback:
+        return fail("replay serve", "--no-token is allowed on loopback binds only (the "
+                    "recordings hold other people's prompts); bind --host 127.0.0.1 or drop "
+                    "--no-token")  # fmt: skip
+    token = None if args.no_token else _token(args)
+    if token is None and not loopback:
+        return fail("replay serve", "OLLAMA_TAP_ADMIN_TOKEN=none is allowed on loopback binds "
+                    "only; set a token or bind --host 127.0.0.1")  # fmt: skip
     store = store_from(args)
     recordings = load(store, _filters(args), MatchMode(args.match), args.loop)
     refused = sum(len(ids) for ids in recordings.library.refused.values())
@@ -59,13 +74,52 @@ def cmd_serve(args: argparse.Namespace) -> int:
     note = f"; {refused} metadata-mode records refused (no bodies)" if refused else ""
     print(
         f"ollama-tap replay: serving {len(recordings.library)} recordings from {_where(args)} on "
-        f"http://{args.host}:{args.port}{note}",
+        f"http://{args.host}:{args.port}{note}\n  {_access(args, token, loopback)}",
         file=sys.stderr,
     )
     pacing = Pacing(args.speed, not args.no_pacing)
-    app = replay_app(store, recordings, pacing, loopback=binds_loopback(args.host))
+    app = replay_app(store, recordings, pacing, token=token, loopback=loopback)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     return 0
+
+
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why `replay serve` cannot listen on host:port (said before the database is read)."""
+    from ollama_tap.ports import busy_message
+
+    if not 0 <= port <= 65535:
+        return f"--port {port} is not a port; give 0 to 65535, e.g. 11434"
+    try:
+        bind_addresses(host)
+    except OSError as exc:
+        return (f"--host {host!r} cannot be resolved ({exc.strerror or exc}); give an IP "
+                "address (e.g. 127.0.0.1) or a name this machine resolves")  # fmt: skip
+    return busy_message(host, port)
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """The admin token `serve` would use with this --db (ConfigError names the fix)."""
+    from ollama_tap.auth import admin_token  # the server stack: for `replay serve` alone
+
+    return admin_token(settings_with_db(args))
+
+
+def _access(args: argparse.Namespace, token: str | None, loopback: bool) -> str:
+    """The banner's second line: who may read, and how."""
+    if token is None:
+        return "no token (--no-token): every local user can read the recordings"
+    from ollama_tap.auth import token_file
+
+    where = "OLLAMA_TAP_ADMIN_TOKEN" if os.environ.get("OLLAMA_TAP_ADMIN_TOKEN") else None
+    if where is None:
+        where = str(token_file(settings_with_db(args)))
+    access = f"clients send 'Authorization: Bearer <the admin token>' (from {where})"
+    if not loopback:
+        access += (
+            "\n  WARNING: plain HTTP on a non-loopback address: the token and the recordings "
+            "cross the network in clear; put a TLS front before it (docs/security.md)"
+        )
+    return access
 
 
 def _selected(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -111,7 +165,13 @@ def _guarded(func: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(func(args))
-        except SchemaError as exc:
+        except (SchemaError, ConfigError, StoreError) as exc:
+            return fail("replay", exc) + 1
+        except sqlite3.DatabaseError as exc:
+            where = args.db or "the database"
+            return fail("replay", f"{where} cannot be read as an ollama-tap database ({exc}); "
+                        "give the --db `serve` records to") + 1  # fmt: skip
+        except OSError as exc:  # the listening socket, taken since the check
             return fail("replay", exc) + 1
 
     return run
@@ -140,6 +200,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "on its route [default: body]")  # fmt: skip
     p.add_argument("--speed", type=float, default=1.0, help="2 plays twice as fast [default: 1]")
     p.add_argument("--no-pacing", action="store_true", help="no recorded timing: at once")
+    p.add_argument("--no-token", action="store_true",
+                   help="serve without the admin token (loopback binds only; every local "
+                   "user can then read the recordings) [default: the admin token, sent as "
+                   "'Authorization: Bearer', is required]")  # fmt: skip
     p.add_argument("--loop", action="store_true",
                    help="repeated requests cycle through their recordings (default: the "
                    "last one again)")  # fmt: skip
@@ -147,8 +211,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = rsub.add_parser("send", help="re-send recorded requests and compare the figures")
     _common(p)
     p.add_argument("--to", required=True, help="the upstream to send to, e.g. http://gpu2:11434")
-    p.add_argument("--limit", type=int, default=100, help="the newest N records [default: 100]")
-    p.add_argument("--concurrency", type=int, default=1, help="requests in flight [default: 1]")
+    p.add_argument(
+        "--limit", type=positive, default=100, help="the newest N records [default: 100]"
+    )
+    p.add_argument(
+        "--concurrency", type=positive, default=1, help="requests in flight [default: 1]"
+    )
     p.add_argument("--pace", choices=("original", "none"), default="none",
                    help="original: at the recorded intervals; none: back to back "
                    "[default: none]")  # fmt: skip

@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import select
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any, Final
 
-import orjson
 from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+from yarl import URL
 
+from ollama_tap.cli.admin_api import (
+    ApiError,
+    add_options,
+    base_url,
+    get_json,
+    token_for,
+    warn_in_clear,
+)
 from ollama_tap.cli.options import fail
-from ollama_tap.config import Settings
 
 DEFAULT_URL: Final = "http://127.0.0.1:11435"
 REFRESH: Final = 1.0
@@ -29,44 +33,12 @@ WIDTH: Final = 80
 """The frame fits an 80-column terminal whatever the names: cells end in "…"."""
 
 
-class Unreachable(Exception):
-    """The proxy could not be asked; the message names the fix."""
-
-
-def _token(args: argparse.Namespace) -> str | None:
-    """--token, else $OLLAMA_TAP_ADMIN_TOKEN, else the token a local `serve` keeps."""
-    if args.token:
-        return str(args.token)
-    if env := os.environ.get("OLLAMA_TAP_ADMIN_TOKEN"):
-        return env
-    from ollama_tap.auth import token_file  # here: the parser loads no server stack
-
-    with contextlib.suppress(OSError, ValueError):
-        return token_file(Settings.model_validate({})).read_text().strip() or None
-    return None
-
-
-def fetch(url: str, token: str | None, timeout: float = 3.0) -> dict[str, Any]:
-    """One answer of GET /_tap/api/inflight."""
-    request = urllib.request.Request(url.rstrip("/") + "/_tap/api/inflight")
-    if token and token != "none":
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            body: dict[str, Any] = orjson.loads(reply.read())
-            return body
-    except urllib.error.HTTPError as exc:
-        if exc.code == 401:
-            raise Unreachable(
-                f"{url} refused the admin token; pass --token or set OLLAMA_TAP_ADMIN_TOKEN "
-                "(`ollama-tap serve` prints it)"
-            ) from None
-        raise Unreachable(f"{url} answered {exc.code}; is it ollama-tap? (--url)") from None
-    except (urllib.error.URLError, OSError, orjson.JSONDecodeError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise Unreachable(
-            f"cannot reach {url} ({reason}); is `ollama-tap serve` running?"
-        ) from None
+def fetch(url: URL, token: str | None, timeout: float = 3.0) -> dict[str, Any]:
+    """One answer of GET /_tap/api/inflight (ApiError naming the fix)."""
+    body = get_json(url, "/_tap/api/inflight", token, timeout)
+    if not isinstance(body, dict) or "exchanges" not in body:
+        raise ApiError(f"{url} did not answer as ollama-tap does; is it ollama-tap? (--url)")
+    return body
 
 
 def _seconds(value: float) -> str:
@@ -134,12 +106,17 @@ def _quit_pressed(timeout: float, keys: bool) -> bool:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    token = _token(args)
+    try:
+        url = base_url(args.url)
+        token = token_for(url, args)
+    except ApiError as exc:
+        return fail("top", exc)
+    warn_in_clear("top", url, token)
     console = Console(width=min(Console().width, WIDTH) if not args.once else WIDTH)
     if args.once:
         try:
-            console.print(frame(fetch(args.url, token), args.url))
-        except Unreachable as exc:
+            console.print(frame(fetch(url, token), args.url))
+        except ApiError as exc:
             return fail("top", exc)
         return 0
     snapshot: dict[str, Any] | None = None
@@ -147,8 +124,8 @@ def cmd_top(args: argparse.Namespace) -> int:
         while True:
             problem = None
             try:
-                snapshot = fetch(args.url, token)
-            except Unreachable as exc:
+                snapshot = fetch(url, token)
+            except ApiError as exc:
                 problem = str(exc)
             live.update(frame(snapshot, args.url, problem), refresh=True)
             if _quit_pressed(REFRESH, keys):
@@ -157,12 +134,6 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("top", help="what a proxy has in flight now, live (q quits)")
-    p.add_argument(
-        "--url", default=DEFAULT_URL, help=f"the proxy (local or remote) [default: {DEFAULT_URL}]"
-    )
-    p.add_argument(
-        "--token",
-        help="admin token [default: $OLLAMA_TAP_ADMIN_TOKEN, else the one a local serve keeps]",
-    )
+    add_options(p, DEFAULT_URL)
     p.add_argument("--once", action="store_true", help="print one frame and exit (for scripts)")
     p.set_defaults(func=cmd_top)

@@ -9,6 +9,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
+from ollama_tap.auth import API_HEADERS
 from ollama_tap.inflight.registry import InFlight
 
 PUSH_INTERVAL: Final = 0.25
@@ -56,12 +57,9 @@ def add_routes(app: web.Application, inflight: InFlight) -> None:
 
 
 async def _watch(request: web.Request, inflight: InFlight) -> web.StreamResponse:
+    # Prepared here, before the auth middleware could add its headers: they go along now.
     response = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
+        headers={**API_HEADERS, "Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}
     )
     await response.prepare(request)
     loop = asyncio.get_running_loop()

@@ -75,7 +75,8 @@ def add_routes(app: web.Application) -> None:
     async def bare(request: web.Request) -> web.Response:
         # The query goes along: /_tap?token=… signs in at /_tap/, where the cookie applies.
         target = request.rel_url.with_path("/_tap/").with_query(request.rel_url.query)
-        raise web.HTTPPermanentRedirect(target)
+        # Not cached: the target may carry the token.
+        raise web.HTTPPermanentRedirect(target, headers={"Cache-Control": "no-store"})
 
     async def static(request: web.Request) -> web.Response:
         asset = assets.get(request.match_info["name"])

@@ -16,8 +16,9 @@ def _json(data: object, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
 
-def add_routes(app: web.Application, tracker: LoadTracker) -> None:
-    """`?model=` keeps one model's events, `?limit=` (1 to RING) caps how many."""
+def add_routes(app: web.Application, tracker: LoadTracker, *, with_client: bool) -> None:
+    """`?model=` keeps one model's events, `?limit=` (1 to RING) caps how many; client
+    addresses only `with_client` (full recording mode: the metadata mode keeps none)."""
 
     async def loads(request: web.Request) -> web.Response:
         raw = request.query.get("limit", str(DEFAULT_LIMIT))
@@ -25,7 +26,8 @@ def add_routes(app: web.Application, tracker: LoadTracker) -> None:
             return _json(
                 {"error": f"limit must be a whole number from 1 to {RING}, not {raw!r}"}, 400
             )
-        events = tracker.recent(request.query.get("model") or None, int(raw))
+        model = request.query.get("model") or None
+        events = tracker.recent(model, int(raw), with_client=with_client)
         return _json({"loads": events})
 
     app.router.add_get("/_tap/api/loads", loads)

@@ -84,22 +84,26 @@ class LoadEvent:
     def detail(self) -> str:
         """One line: the diff, the evicting model, or the unloading request; then a reduced
         automatic context."""
+        return self.describe(with_client=True)
+
+    def describe(self, *, with_client: bool) -> str:
+        """`detail`, the unloading request's client address left out unless `with_client`."""
         reduced = ""
         if self.reduced_from is not None:
             reduced = (
                 f"context reduced {self.reduced_from} → {self.context_length} (did not fit memory)"
             )
-        text = self._cause_detail()
+        text = self._cause_detail(with_client=with_client)
         return f"{text}; {reduced}" if text and reduced else text or reduced
 
-    def _cause_detail(self) -> str:
+    def _cause_detail(self, *, with_client: bool) -> str:
         if self.changes:
             return ", ".join(c.text for c in self.changes)
         d = self.departure
         if d is not None and d.by is not None:
             return f"evicted by {d.by}"
         if d is not None and d.by_request is not None:
-            who = f" from {d.client}" if d.client else ""
+            who = f" from {d.client}" if d.client and with_client else ""
             return f"unloaded by request {d.by_request}{who}"
         return ""
 
@@ -114,7 +118,7 @@ class LoadEvent:
             "at": self.at,
             "model": self.model,
             "cause": str(self.cause),
-            "detail": self.detail,
+            "detail": self.describe(with_client=with_client),
             "changes": [c.as_json() for c in self.changes],
             "by": d.by if d else None,
             "by_request": d.by_request if d else None,

@@ -390,13 +390,16 @@ class LoadTracker:
     def _label(self, name: str | None) -> str:
         return self.labels.label(name)
 
-    def recent(self, model: str | None = None, limit: int = RING) -> list[dict[str, Any]]:
-        """The newest load events first, optionally of one model (as the API lists them)."""
+    def recent(
+        self, model: str | None = None, limit: int = RING, *, with_client: bool = True
+    ) -> list[dict[str, Any]]:
+        """The newest load events first, optionally of one model (as the API lists them);
+        client addresses only `with_client` (full mode, as the records keep them)."""
         wanted = model_key(model) if model else None
         out = []
         for event in reversed(self.events):
             if wanted is None or model_key(event.model) == wanted:
-                out.append(event.as_json())
+                out.append(event.as_json(with_client=with_client))
                 if len(out) >= limit:
                     break
         return out

@@ -261,6 +261,10 @@ RELOAD_PREDICTED: Final = _counter(
 
 # --- The recorder's, and the hooks'
 
+BODY_TIMEOUTS: Final = _counter(
+    "ollama_tap_client_body_timeouts_total", (),
+    "Client connections cut because their request body brought no byte for 75 s.",
+)
 RECORDS_DROPPED: Final = _counter(
     "ollama_tap_records_dropped_total", (),
     "Records dropped because the recorder's queue was full (traffic was not slowed).",

@@ -15,6 +15,7 @@ from ollama_tap.hooks import Phase
 from ollama_tap.metrics.registered import RecorderMetrics
 from ollama_tap.names import recordable
 from ollama_tap.rawreply import RawReply
+from ollama_tap.recorder.reads import Reads
 from ollama_tap.recorder.record import Origin
 from ollama_tap.recorder.retention import Retention
 from ollama_tap.recorder.scope import Capture, Scope, scope_of
@@ -59,14 +60,18 @@ class Recorder:
         """The model's current digest by canonical name (the upstream poller's knowledge)."""
         self.spelling = spelling
         """The `model` column: the canonical name as typed, or as Ollama lists it (names.py)."""
-        self.store = Store(settings.db_location)
+        self.store = Store(settings.db_location, settings.db_timeout)
+        self.reads = Reads(settings.db_timeout)
+        """How the read API runs the store's reads (bounded, off the loop)."""
+        self.db_timeout = settings.db_timeout
+        self._watch: asyncio.TimerHandle | None = None
         self.metrics = RecorderMetrics(registry)
         self.writer: Writer | None = None
         if self.mode is not RecordMode.OFF:
             retention = Retention(settings.retention_days * 86400.0, settings.retention_bytes)
             upstream = str(settings.upstream_url.with_user(None))
             self.writer = Writer(
-                sink_for(settings.db_location, self.metrics),
+                sink_for(settings.db_location, self.metrics, settings.db_timeout),
                 self.mode,
                 settings.recorder_queue,
                 retention,
@@ -79,9 +84,20 @@ class Recorder:
         if self.writer is not None:
             await asyncio.to_thread(self.writer.open)
             self.writer.start()
+            self._watch_writes()
+
+    def _watch_writes(self) -> None:
+        """Every few seconds, have the writer say (once) that a write is stuck: a database
+        that never answers fails nothing, so the writer cannot say so itself."""
+        assert self.writer is not None
+        self.writer.check_stuck(self.db_timeout)
+        every = max(1.0, self.db_timeout / 3)
+        self._watch = asyncio.get_running_loop().call_later(every, self._watch_writes)
 
     async def stop(self) -> None:
         """Write everything queued so far and close, waiting at most STOP_TIMEOUT."""
+        if self._watch is not None:
+            self._watch.cancel()
         if self.writer is not None:
             await asyncio.to_thread(self.writer.stop, STOP_TIMEOUT)
         await asyncio.to_thread(self.store.close)

@@ -1,7 +1,7 @@
 """The read API under /_tap/api/: records listed with filters and a cursor, and one record.
 
 Access control is the auth middleware's (ollama_tap/auth.py); every database read runs in a
-thread, never on the event loop.
+thread, never on the event loop, and is awaited for --db-timeout at most (reads.py).
 
 One record is every stored field (``context`` is the list of ids, as stored and exported)
 plus ``decoded_context``, made when read (see `ollama_tap.tokens.context.decode_record`): the
@@ -11,7 +11,6 @@ it has none. ``?tokens=1`` adds the per-token view (id, text, kind of each id).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -61,7 +60,8 @@ def _limit(query: Mapping[str, str]) -> int:
 
 def _cursor(query: Mapping[str, str]) -> str | None:
     cursor = query.get("cursor") or None
-    if cursor is not None and not cursor.isdigit():
+    # ASCII digits only (`²` is a digit to str.isdigit, and no int) and within a row id.
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit() and len(cursor) < 19):
         raise ValueError("cursor is invalid; pass back the next_cursor of the previous page")
     return cursor
 
@@ -81,7 +81,7 @@ def add_routes(
     `vocabs` loads a vocabulary by model and digest (the app's `VocabCache.get`); without
     it, records say that no vocabulary source is configured instead of decoding.
     """
-    store = recorder.store
+    store, reads = recorder.store, recorder.reads
 
     async def records(request: web.Request) -> web.Response:
         try:
@@ -89,7 +89,7 @@ def add_routes(
         except ValueError as exc:
             return _error(400, str(exc))
         try:
-            page, cursor = await asyncio.to_thread(store.page, *args)
+            page, cursor = await reads.run(store.page, *args)
         except SchemaError as exc:
             return _error(500, str(exc))
         except StoreUnavailable as exc:
@@ -103,7 +103,7 @@ def add_routes(
         except ValueError as exc:
             return _error(400, str(exc))
         try:
-            found = await asyncio.to_thread(store.get, record_id)
+            found = await reads.run(store.get, record_id)
         except SchemaError as exc:
             return _error(500, str(exc))
         except StoreUnavailable as exc:

@@ -8,9 +8,12 @@ record dicts); an implementation owns only its connections and its SQL dialect.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ollama_tap.recorder.retention import Retention
+
+DB_TIMEOUT: Final = 30.0
+"""Seconds a read or a PostgreSQL statement may take (Settings.db_timeout's default)."""
 
 
 class StoreError(RuntimeError):

@@ -116,3 +116,17 @@ def har(records: Iterable[dict[str, Any]], version: str) -> dict[str, Any]:
             "entries": [har_entry(r) for r in records],
         }
     }
+
+
+def write_har(records: Iterable[dict[str, Any]], out: IO[bytes], version: str) -> int:
+    """`har(records, version)` written entry by entry as the records are read, so an export
+    holds one record at a time (a whole document of a 252 MB database peaked at 538 MiB)."""
+    head = orjson.dumps(har((), version))
+    opening, closing = head[: -len(b"]}}")], b"]}}"
+    out.write(opening)
+    n = 0
+    for record in records:
+        out.write((b",\n" if n else b"\n") + orjson.dumps(har_entry(record)))
+        n += 1
+    out.write(b"\n" + closing + b"\n")
+    return n

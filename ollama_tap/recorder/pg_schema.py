@@ -9,9 +9,10 @@ from contextlib import contextmanager
 from typing import Any, Final
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 
-from ollama_tap.recorder.backend import StoreUnavailable
+from ollama_tap.recorder.backend import DB_TIMEOUT, StoreUnavailable
 from ollama_tap.recorder.schema import SchemaError
 
 _DOUBLE: Final = "DOUBLE PRECISION"
@@ -72,6 +73,9 @@ MIGRATE_LOCK: Final = (LOCKS, 1)
 RETENTION_LOCK: Final = (LOCKS, 2)
 CONNECT_TIMEOUT: Final = 5
 """Seconds to wait for a connection: the writer retries, a read fails with the reason."""
+IDLE_IN_TRANSACTION: Final = 600
+"""Seconds the server keeps a transaction that waits on its client (an export whose reader
+stopped reading): a client that hangs must not hold its locks and snapshot for good."""
 _MIGRATIONS_TABLE: Final = """CREATE TABLE IF NOT EXISTS ollama_tap_migrations (
     version INTEGER PRIMARY KEY,
     applied DOUBLE PRECISION NOT NULL
@@ -88,16 +92,37 @@ def reachable() -> Iterator[None]:
         raise StoreUnavailable(f"the PostgreSQL database cannot be reached: {exc}") from exc
 
 
-def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+def connect(url: str, timeout: float = DB_TIMEOUT, **kwargs: Any) -> psycopg.Connection[Any]:
     """An autocommit connection: each statement commits alone, so none holds locks longer
     than it runs. The password comes from the URL, PGPASSWORD or ~/.pgpass (libpq's rules)."""
-    return psycopg.connect(
-        url,
-        autocommit=True,
-        connect_timeout=CONNECT_TIMEOUT,
-        application_name="ollama-tap",
-        **kwargs,
+    return psycopg.connect(url, autocommit=True, **connect_options(url, timeout), **kwargs)
+
+
+def connect_options(url: str, timeout: float) -> dict[str, Any]:
+    """libpq's settings that bound every wait on the server to about `timeout` seconds.
+
+    A server that hangs (a stuck lock, a slow disk) has its statements cut by its own
+    timers; a network that drops the packets is noticed by TCP (keepalives, and data left
+    unacknowledged past `tcp_user_timeout`). A server whose process is stopped while its
+    kernel still answers TCP is noticed by none of them: the callers bound their own wait
+    (recorder/reads.py, the writer's watch), and the threads waiting are daemons.
+    """
+    ms = int(timeout * 1000)
+    server = (
+        f"-c statement_timeout={ms} -c lock_timeout={ms} "
+        f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION * 1000}"
     )
+    given = conninfo_to_dict(url).get("options")
+    return {
+        "connect_timeout": CONNECT_TIMEOUT,
+        "application_name": "ollama-tap",
+        "keepalives": 1,
+        "keepalives_idle": max(1, int(timeout / 3)),
+        "keepalives_interval": max(1, int(timeout / 9)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": ms,
+        "options": f"{given} {server}" if given else server,
+    }
 
 
 def version_of(conn: psycopg.Connection[Any]) -> int | None:

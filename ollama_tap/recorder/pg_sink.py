@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import psycopg
 
-from ollama_tap.recorder.backend import RowsRefused, StoreUnavailable
+from ollama_tap.recorder.backend import DB_TIMEOUT, RowsRefused, StoreUnavailable
 from ollama_tap.recorder.pg_schema import RETENTION_LOCK, connect, migrate, one, reachable
 from ollama_tap.recorder.record import COLUMNS, VALUES
 from ollama_tap.recorder.retention import Retention
@@ -41,8 +41,9 @@ class PostgresSink:
     """Reconnects by itself: `open` after a failure connects again (and migrates, the
     first time a database is met); the writer keeps the batch meanwhile."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout: float = DB_TIMEOUT) -> None:
         self.url = url
+        self.timeout = timeout
         self._conn: psycopg.Connection[Any] | None = None
         self._migrated = False
 
@@ -50,7 +51,7 @@ class PostgresSink:
         if self._conn is not None and not self._conn.closed:
             return
         with reachable():
-            conn = connect(self.url)
+            conn = connect(self.url, self.timeout)
             try:
                 if not self._migrated:
                     migrate(conn)

@@ -12,11 +12,12 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from ollama_tap.recorder.backend import Row
+from ollama_tap.recorder.backend import DB_TIMEOUT, Row
 from ollama_tap.recorder.pg_schema import (
     CONNECT_TIMEOUT,
     check_readable,
     connect,
+    connect_options,
     reachable,
     version_of,
 )
@@ -39,7 +40,7 @@ from one of their own."""
 _POOLS_LOCK: Final = threading.Lock()
 
 
-def _pool(url: str) -> ConnectionPool[psycopg.Connection[Any]]:
+def _pool(url: str, timeout: float) -> ConnectionPool[psycopg.Connection[Any]]:
     with _POOLS_LOCK:
         pool = _POOLS.get(url)
         if pool is None or pool.closed:
@@ -53,7 +54,7 @@ def _pool(url: str) -> ConnectionPool[psycopg.Connection[Any]]:
                 # A server restarted since: its dead connections are replaced, not handed out.
                 check=ConnectionPool.check_connection,
                 configure=_configure,
-                kwargs={"connect_timeout": CONNECT_TIMEOUT, "autocommit": True},
+                kwargs={**connect_options(url, timeout), "autocommit": True},
             )
             pool.open()
         return pool
@@ -68,8 +69,9 @@ def _close_pools() -> None:
 
 
 class PostgresSource:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout: float = DB_TIMEOUT) -> None:
         self.url = url
+        self.timeout = timeout
         self._schema_ok = False
 
     def _ready(self, conn: psycopg.Connection[Any]) -> bool:
@@ -82,7 +84,7 @@ class PostgresSource:
         return self._schema_ok
 
     def rows(self, sql: str, params: list[Any]) -> list[Row]:
-        with reachable(), _pool(self.url).connection() as conn:
+        with reachable(), _pool(self.url, self.timeout).connection() as conn:
             if not self._ready(conn):
                 return []
             rows: list[Row] = conn.execute(_dialect(sql), params).fetchall()
@@ -91,7 +93,7 @@ class PostgresSource:
     def each(self, clauses: list[str], params: list[Any]) -> Iterator[Row]:
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         sql = _dialect(f"SELECT * FROM records{where} ORDER BY seq")
-        with reachable(), connect(self.url, row_factory=dict_row) as conn:
+        with reachable(), connect(self.url, self.timeout, row_factory=dict_row) as conn:
             if not self._ready(conn):
                 return
             # A named cursor lives in a transaction; the rows come PAGE at a time.

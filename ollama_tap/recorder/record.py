@@ -29,7 +29,7 @@ import orjson
 
 from ollama_tap import ollama
 from ollama_tap.config import RecordMode
-from ollama_tap.credentials import redacted_query
+from ollama_tap.credentials import redacted_query, redacted_text
 from ollama_tap.exchange import Exchange
 from ollama_tap.measures import timings
 from ollama_tap.rawreply import summary
@@ -86,7 +86,8 @@ def _request_body(ex: Exchange, scrubbed: Any) -> dict[str, Any] | None:
     digest = hashlib.sha256(body).hexdigest() if len(body) == ex.request_bytes else None
     if scrubbed is None:
         stored = {
-            "text": body[:BODY_CAP].decode(errors="replace"),
+            # Not JSON: kept as text, with what looks like a credential's value replaced.
+            "text": redacted_text(body[:BODY_CAP].decode(errors="replace")),
             "truncated": len(body) > BODY_CAP,
         }
     else:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from pathlib import Path
 from typing import Final
+
+from ollama_tap.dbfile import check as check_db_file
+from ollama_tap.dbfile import create_private
 
 # Each entry upgrades the schema by one version (PRAGMA user_version = its index + 1).
 # A shipped entry is never edited: a change is a new entry, so every older file can be
@@ -91,18 +93,6 @@ class SchemaError(RuntimeError):
     """The file cannot be used by this version; the message names the fix."""
 
 
-def _create_private(path: Path) -> None:
-    """Create the file 0600 (and its directory 0700) before SQLite writes a byte.
-
-    SQLite gives the -wal and -shm files the mode of the database file, so they are
-    private too.
-    """
-    if not path.parent.exists():
-        path.parent.mkdir(parents=True, mode=0o700)
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
-    os.chmod(path, 0o600)
-
-
 def _check_usable(path: Path) -> None:
     """Refuse, before changing a byte of it, a file this version must not write to: a
     newer schema, or another program's SQLite database."""
@@ -133,9 +123,10 @@ def _newer(version: int) -> str:
 
 def open_writer(path: Path) -> sqlite3.Connection:
     """Open (creating and migrating as needed) the connection that does all the writing."""
+    check_db_file(path)
     if path.exists() and path.stat().st_size > 0:
         _check_usable(path)
-    _create_private(path)
+    create_private(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA busy_timeout = 5000")
     # Switching the file's mode (auto-vacuum, WAL) is answered "locked" at once, without the

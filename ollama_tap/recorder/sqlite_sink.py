@@ -12,7 +12,7 @@ from typing import Any, Final
 import structlog
 
 from ollama_tap.metrics.registered import RecorderMetrics
-from ollama_tap.recorder.backend import RowsRefused, StoreError
+from ollama_tap.recorder.backend import RowsRefused, StoreError, StoreUnavailable
 from ollama_tap.recorder.record import COLUMNS, VALUES
 from ollama_tap.recorder.retention import Retention, prune
 from ollama_tap.recorder.schema import open_writer
@@ -36,8 +36,11 @@ class SqliteSink:
         """The database file the connection writes to, as opened (device, inode)."""
 
     def open(self) -> None:
-        self._conn = open_writer(self.path)
-        self._file = _identity(self.path)
+        """Open the file; a no-op while it is open (the writer calls it again after the
+        file was locked or full, before it tries the batch again)."""
+        if self._conn is None:
+            self._conn = open_writer(self.path)
+            self._file = _identity(self.path)
 
     def insert(self, rows: list[dict[str, Any]]) -> None:
         conn = self._conn
@@ -53,8 +56,12 @@ class SqliteSink:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.OperationalError):
-                # The file's own failures (locked, full, I/O): every row would fail alike,
-                # one busy timeout each, if they were tried one by one.
+                if _passing(exc):
+                    # Locked by another process past the busy timeout, or the disk full:
+                    # the batch is kept and tried again, as a PostgreSQL outage's is.
+                    raise StoreUnavailable(f"the database {self.path} is {exc}") from exc
+                # The file's other failures (I/O): every row would fail alike, one busy
+                # timeout each, if they were tried one by one.
                 raise StoreError(str(exc)) from exc
             raise RowsRefused(str(exc)) from exc
 
@@ -90,6 +97,15 @@ class SqliteSink:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+
+
+def _passing(exc: sqlite3.OperationalError) -> bool:
+    """Whether the failure is one that passes by itself: a lock, a busy file, a full disk."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_FULL}
+    text = str(exc)
+    return "locked" in text or "full" in text
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

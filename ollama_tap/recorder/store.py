@@ -18,7 +18,7 @@ import orjson
 
 from ollama_tap.ollama.names import canonical_model
 from ollama_tap.rawreply import unpack as unpack_raw
-from ollama_tap.recorder.backend import Row, Source
+from ollama_tap.recorder.backend import DB_TIMEOUT, Row, Source
 from ollama_tap.recorder.output import from_reply, from_timeline
 from ollama_tap.recorder.record import COLUMNS
 from ollama_tap.recorder.stores import source_for
@@ -91,9 +91,9 @@ def full(row: Row) -> dict[str, Any]:
 class Store:
     """Reads the recordings database at `location`: a SQLite file or a PostgreSQL URL."""
 
-    def __init__(self, location: Path | str) -> None:
+    def __init__(self, location: Path | str, timeout: float = DB_TIMEOUT) -> None:
         self.location = location
-        self.source: Source = source_for(location)
+        self.source: Source = source_for(location, timeout)
 
     @property
     def path(self) -> Path:

@@ -7,7 +7,7 @@ from types import ModuleType
 
 from ollama_tap.config import ConfigError
 from ollama_tap.metrics.registered import RecorderMetrics
-from ollama_tap.recorder.backend import Sink, Source
+from ollama_tap.recorder.backend import DB_TIMEOUT, Sink, Source
 from ollama_tap.recorder.sqlite_sink import SqliteSink
 from ollama_tap.recorder.sqlite_source import SqliteSource
 
@@ -25,17 +25,18 @@ def _postgres() -> tuple[ModuleType, ModuleType]:
     return pg_sink, pg_source
 
 
-def sink_for(location: Path | str, metrics: RecorderMetrics) -> Sink:
+def sink_for(location: Path | str, metrics: RecorderMetrics, timeout: float = DB_TIMEOUT) -> Sink:
+    """The write side; `timeout` bounds a PostgreSQL statement (Settings.db_timeout)."""
     if isinstance(location, Path):
         return SqliteSink(location, metrics)
     pg_sink, _ = _postgres()
-    sink: Sink = pg_sink.PostgresSink(location)
+    sink: Sink = pg_sink.PostgresSink(location, timeout)
     return sink
 
 
-def source_for(location: Path | str) -> Source:
+def source_for(location: Path | str, timeout: float = DB_TIMEOUT) -> Source:
     if isinstance(location, Path):
         return SqliteSource(location)
     _, pg_source = _postgres()
-    source: Source = pg_source.PostgresSource(location)
+    source: Source = pg_source.PostgresSource(location, timeout)
     return source

@@ -87,6 +87,10 @@ class Writer:
         self._unmeasured = False
         self._writing = 0
         """Records taken from the queue and not yet written (the writer thread's count)."""
+        self._busy_since: float | None = None
+        """When the write in progress began (monotonic; the writer thread sets it)."""
+        self._said_stuck = False
+        """Whether `check_stuck` said so for the write in progress (the loop's flag)."""
         metrics.queue_depth.set_function(lambda: len(self._queue))
 
     def submit(self, ex: Exchange, cap: Capture) -> None:
@@ -139,9 +143,26 @@ class Writer:
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
-                # Queued, and the batch being written (a stuck disk holds it too).
+                # Queued, and the batch being written (a stuck disk or database holds it
+                # too): lost with the process, and counted as such.
                 unwritten = len(self._queue) + self._writing
+                self.metrics.dropped.inc(unwritten)
                 log.warning("recorder_stop_timeout", unwritten=unwritten)
+
+    def check_stuck(self, timeout: float) -> None:
+        """Log `recorder_store_unavailable` once when a write has run past `timeout`
+        seconds (called from the event loop; reads one float the writer thread sets)."""
+        since = self._busy_since
+        if since is None:
+            self._said_stuck = False
+        elif not self._said_stuck and time.monotonic() - since > timeout:
+            self._said_stuck = True
+            log.error(
+                "recorder_store_unavailable",
+                error=f"a write has not finished in {timeout:g} s (--db-timeout); the "
+                "database accepts connections but does not answer",
+                waiting=self._writing,
+            )
 
     def _run(self) -> None:
         while True:
@@ -242,6 +263,7 @@ class Writer:
     def _insert(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
+        self._busy_since = time.monotonic()
         try:
             self.sink.insert(rows)
         except RowsRefused as exc:
@@ -255,6 +277,8 @@ class Writer:
             raise
         except StoreError as exc:
             self._lost(rows, exc)
+        finally:
+            self._busy_since = None
 
     def _lost(self, rows: list[dict[str, Any]], exc: Exception) -> None:
         self.metrics.write_errors.inc(len(rows))

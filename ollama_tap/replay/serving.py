@@ -15,14 +15,16 @@ from ollama_tap import ollama
 from ollama_tap.hostcheck import host_check, local_addresses
 from ollama_tap.ollama.errors import go_json
 from ollama_tap.ollama.names import canonical_model
+from ollama_tap.recorder.backend import DB_TIMEOUT, StoreError
+from ollama_tap.recorder.reads import Reads
 from ollama_tap.recorder.store import Filters, Store
+from ollama_tap.replay.access import Readers, TooLarge, token_middleware
 from ollama_tap.replay.catalog import VERSION, Catalog
 from ollama_tap.replay.matching import Library, MatchMode, request_sketch
 from ollama_tap.replay.render import Piece, Reply, Unreplayable, render
 
 log = structlog.get_logger("ollama_tap.replay")
 _JSON: Final = "application/json; charset=utf-8"
-_MAX_BODY: Final = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +60,18 @@ class Replayer:
     def __init__(self, store: Store, recordings: Recordings, pacing: Pacing) -> None:
         self.store, self.recordings, self.pacing = store, recordings, pacing
         self.misses = 0
+        self.readers = Readers()
+        self.reads = Reads(DB_TIMEOUT)
+        """The database reads: bounded in time, in daemon threads (a hung PostgreSQL
+        neither holds a request nor the process at exit)."""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         clock = asyncio.get_running_loop().time
         start = clock()
-        raw = await request.read()
+        try:
+            raw = await self.readers.read(request)
+        except TooLarge:
+            return self.readers.too_large(request)
         endpoint = ollama.endpoint_of(request.raw_path)
         library = self.recordings.library
         want = request_sketch(request.method, request.path, raw, library.mode)
@@ -70,9 +79,12 @@ class Replayer:
         if rid is None:
             return self._refuse(request, endpoint, library.miss(want))
         try:
-            reply = await asyncio.to_thread(self._reply, rid)
+            reply = await self.reads.run(self._reply, rid)
         except Unreplayable as exc:
             return self._refuse(request, endpoint, str(exc))
+        except StoreError as exc:  # a database that stopped answering: not a miss
+            body = ollama.error_body(ollama.family_of(endpoint), 503, str(exc))
+            return web.Response(status=503, body=body, headers={"Content-Type": _JSON})
         return await self._send(request, reply, lambda at: self._wait(start, at, clock))
 
     def _reply(self, rid: str) -> Reply:
@@ -140,7 +152,7 @@ def _json(value: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=go_json(value), headers={"Content-Type": _JSON})
 
 
-def _poller_routes(catalog: Catalog) -> list[web.RouteDef]:
+def _poller_routes(catalog: Catalog, readers: Readers) -> list[web.RouteDef]:
     async def root(request: web.Request) -> web.Response:
         return web.Response(body=b"Ollama is running", content_type="text/plain")
 
@@ -161,7 +173,9 @@ def _poller_routes(catalog: Catalog) -> list[web.RouteDef]:
 
     async def show(request: web.Request) -> web.Response:
         try:
-            body = orjson.loads(await request.read())
+            body = orjson.loads(await readers.read(request))
+        except TooLarge:
+            return readers.too_large(request)
         except orjson.JSONDecodeError:
             body = None
         name = (body.get("model") or body.get("name")) if isinstance(body, dict) else None
@@ -188,19 +202,32 @@ REPLAYER: Final = web.AppKey("replayer", Replayer)
 
 
 def replay_app(
-    store: Store, recordings: Recordings, pacing: Pacing, loopback: bool = True
+    store: Store,
+    recordings: Recordings,
+    pacing: Pacing,
+    *,
+    token: str | None,
+    loopback: bool = True,
 ) -> web.Application:
     """The Ollama-shaped app; `app[REPLAYER].misses` counts the refused requests.
 
-    Bound to `loopback`, it applies Ollama's Host rule (403 to a foreign Host), as Ollama
-    and the proxy do there: a web page cannot read the recordings by DNS rebinding.
+    Every route but `/` and `/api/version` needs `token` as a Bearer credential (None: a
+    loopback bind's `--no-token`; replay/access.py). Bound to `loopback`, it applies
+    Ollama's Host rule (403 to a foreign Host), as Ollama and the proxy do there: a web
+    page cannot read the recordings by DNS rebinding.
     """
+    if token is None and not loopback:
+        raise ValueError("a non-loopback replay server needs a token")
+    middlewares = []
     if loopback:
         local_addresses()  # resolved now, not on the event loop at the first foreign Host
-    app = web.Application(client_max_size=_MAX_BODY, middlewares=[host_check] if loopback else [])
+        middlewares.append(host_check)
+    if token is not None:
+        middlewares.append(token_middleware(token))
+    app = web.Application(middlewares=middlewares)
     replayer = Replayer(store, recordings, pacing)
     app[REPLAYER] = replayer
-    app.add_routes(_poller_routes(recordings.catalog))
+    app.add_routes(_poller_routes(recordings.catalog, replayer.readers))
     app.router.add_route("*", "/{tail:.*}", replayer.handle)
     app.on_response_prepare.append(_drop_server_header)
     return app

@@ -86,7 +86,7 @@ async def test_once_names_the_fix_when_the_token_is_wrong(proxy: Proxy) -> None:
         sys.executable, "-m", "ollama_tap", "top", "--once", "--url", proxy.url, "--token", "x" * 40
     )
     assert code == 1 and out == ""
-    assert "refused the admin token; pass --token or set OLLAMA_TAP_ADMIN_TOKEN" in err
+    assert "refused the admin token; pass --token-file or --token" in err
 
 
 async def test_once_names_the_fix_when_nothing_listens() -> None:

@@ -73,6 +73,7 @@ async def test_bare_prefix_redirects_to_the_page(proxy: Proxy) -> None:
         async with s.get(proxy.url + "/_tap", allow_redirects=False) as resp:
             assert resp.status == 308
             assert resp.headers["Location"] == "/_tap/"
+            assert resp.headers["Cache-Control"] == "no-store"  # it may carry ?token=
 
 
 @pytest.mark.parametrize(

@@ -45,9 +45,21 @@ async def test_a_metadata_record_carries_its_load_event_without_the_client(
             [record] = (await resp.json())["records"]
         async with s.get(f"{proxy.url}/_tap/api/loads?model=llama3.2") as resp:
             [event] = (await resp.json())["loads"]
-    assert event["client"] == "127.0.0.1"
+    assert event["client"] is None  # metadata mode: no address, in the API as in the record
     # The record is the event as the reply's end knew it: /api/ps is read after it.
-    expected = {**event, "client": None, "role": "trigger", "context_length": None}
+    expected = {**event, "role": "trigger", "context_length": None}
     assert record["load_event"] == expected
     assert record["load_event"]["cause"] == "first_load"
     assert record["client"] is None
+
+
+async def test_full_mode_lists_the_client_address(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    fake_ollama.scheduler = Scheduler(fake_ollama, load_seconds=1.05)
+    proxy = await proxy_factory(record="full")
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "Why is the sky blue?")
+    async with aiohttp.ClientSession(headers=AUTH) as s:
+        async with s.get(f"{proxy.url}/_tap/api/loads?model=llama3.2") as resp:
+            [event] = (await resp.json())["loads"]
+    assert event["client"] == "127.0.0.1"

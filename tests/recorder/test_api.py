@@ -98,3 +98,11 @@ async def test_errors_in_ollama_shape(client: Client, path: str, status: int) ->
 async def test_every_api_route_needs_the_token(client: Client, path: str) -> None:
     assert (await client.get(path)).status == 401
     assert (await client.get(path, headers={"Authorization": "Bearer wrong"})).status == 401
+
+
+@pytest.mark.parametrize("cursor", ["²", "99999999999999999999999", "1e3", "-1"])
+async def test_a_cursor_that_is_no_row_id_is_a_400(client: Client, cursor: str) -> None:
+    """`²` passed str.isdigit and made int() raise: a 500."""
+    resp = await client.get("/_tap/api/records", params={"cursor": cursor}, headers=AUTH)
+    assert resp.status == 400
+    assert "cursor is invalid" in (await resp.json())["error"]

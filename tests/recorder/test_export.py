@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from ollama_tap.cli import main
 from ollama_tap.exchange import Outcome
 from ollama_tap.recorder import Recorder
-from ollama_tap.recorder.export import write_jsonl
+from ollama_tap.recorder.export import har, write_har, write_jsonl
 from ollama_tap.recorder.store import Filters
 from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage, pieces
 
@@ -249,3 +249,24 @@ def test_show_prints_no_escape_sequence_to_a_terminal(
         assert "\n[output]\n" in shown  # the layout's own newlines stay
     else:
         assert shown.count(EVIL) == 2  # output and error_message, exact
+
+
+def test_har_is_written_a_record_at_a_time(recorded: Recorder) -> None:
+    """The whole document was built in memory first (538 MiB for a 252 MB database): each
+    entry is now on its way out before the next record is read."""
+    out = io.BytesIO()
+    written_before: list[int] = []
+
+    def records() -> Any:
+        for record in recorded.store.each(Filters()):
+            written_before.append(len(out.getvalue()))
+            yield record
+
+    assert write_har(records(), out, "test") == 4
+    assert written_before == sorted(set(written_before))  # grew between every two reads
+    document = orjson.loads(out.getvalue())
+    assert document == har(recorded.store.each(Filters()), "test")
+    jsonschema.validate(document, HAR_SCHEMA, format_checker=jsonschema.FormatChecker())
+    empty = io.BytesIO()
+    assert write_har((), empty, "test") == 0
+    assert orjson.loads(empty.getvalue())["log"]["entries"] == []

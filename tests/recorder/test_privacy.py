@@ -273,3 +273,34 @@ async def test_full_mode_stores_no_credential_of_a_json_body(
     assert stored_body["json"]["password"] == "[redacted]"
     # The hash is still that of the bytes sent: a record can be matched to its request.
     assert stored_body["sha256"] == hashlib.sha256(ex.request_body).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("body", "kept"),
+    [
+        (b'{"model":"m","messages":[{"role":"user","content":"hi"}],"api_key":"BADJSON-1",}',
+         b'"content":"hi"'),
+        (b"model=phi4&prompt=hi&api_key=FORMSECRET-1", b"prompt=hi"),
+        (b'{"model": "m", "metadata": {"token": 12345678,}, "password": "PW-SECRET-9"', b"m"),
+    ],
+    ids=["trailing-comma", "form", "unclosed"],
+)  # fmt: skip
+async def test_a_body_that_is_not_json_keeps_no_credential(
+    tmp_path: Path,
+    db: Path | str,
+    everything_in: Callable[[], bytes],
+    body: bytes,
+    kept: bytes,
+) -> None:
+    """Stored as text, such a body kept its credentials verbatim (in the WAL too)."""
+    rec = Recorder(make_settings(tmp_path, record="full", db=db), CollectorRegistry())
+    await rec.start()
+    ex = exchange(endpoint="/api/generate", body={"model": "m"})
+    ex.request_body, ex.request_bytes = body, len(body)
+    drive(rec, ex, pieces(2))
+    await rec.stop()
+    everything = await asyncio.to_thread(everything_in) + await exports(rec)
+    for secret in (b"BADJSON-1", b"FORMSECRET-1", b"12345678", b"PW-SECRET-9"):
+        assert secret not in everything, secret
+    text = (await stored(rec, ex.id))["request"]["body"]["text"]
+    assert kept.decode() in text and "[redacted]" in text

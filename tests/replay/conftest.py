@@ -40,12 +40,13 @@ async def replay_of() -> AsyncIterator[StartReplay]:
         want: int,
         mode: MatchMode = MatchMode.BODY,
         loop: bool = False,
+        token: str | None = None,
         **pacing: Any,
     ) -> Replay:
         await records(proxy, want)
         store = Store(proxy.settings.db_path)
         loaded = await asyncio.to_thread(load, store, Filters(), mode, loop)
-        app = replay_app(store, loaded, Pacing(**pacing))
+        app = replay_app(store, loaded, Pacing(**pacing), token=token)
         runner = web.AppRunner(app, handler_cancellation=False, access_log=None)
         await runner.setup()
         runners.append(runner)

@@ -3,49 +3,108 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 import aiohttp
 import ollama
 import openai
+import pytest
 
 from tests.conftest import MakeProxy, Proxy
 from tests.support.records import records
-from tests.support.serve_process import free_port
+from tests.support.serve_process import ADMIN_TOKEN, free_port
 
 
-async def _run(*argv: str) -> asyncio.subprocess.Process:
+async def _run(*argv: str, token: str | None = None) -> asyncio.subprocess.Process:
+    env = {k: v for k, v in os.environ.items() if k != "OLLAMA_TAP_ADMIN_TOKEN"}
+    if token is not None:
+        env["OLLAMA_TAP_ADMIN_TOKEN"] = token
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ollama_tap", "replay", *argv,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
 
 
-async def test_serve_answers_the_official_client(proxy: Proxy) -> None:
+async def _ready(url: str) -> None:
+    async with aiohttp.ClientSession() as s:
+        for _ in range(200):
+            try:
+                async with s.get(f"{url}/api/version") as resp:
+                    assert resp.status == 200
+                    return
+            except aiohttp.ClientConnectionError:
+                await asyncio.sleep(0.05)
+
+
+async def test_serve_answers_the_official_client_with_the_admin_token(proxy: Proxy) -> None:
     recorded = await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
     await records(proxy, 1)
     port = free_port()
-    proc = await _run("serve", "--db", str(proxy.settings.db_path), "--port", str(port))
+    db = str(proxy.settings.db_path)
+    proc = await _run("serve", "--db", db, "--port", str(port), token=ADMIN_TOKEN)
     url = f"http://127.0.0.1:{port}"
+    bearer = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     try:
-        async with aiohttp.ClientSession() as s:
-            for _ in range(200):
-                try:
-                    async with s.get(f"{url}/api/version") as resp:
-                        assert resp.status == 200
-                        break
-                except aiohttp.ClientConnectionError:
-                    await asyncio.sleep(0.05)
-        replayed = await ollama.AsyncClient(host=url).generate("llama3.2", "hi")
+        await _ready(url)
+        with pytest.raises(ollama.ResponseError) as refused:
+            await ollama.AsyncClient(host=url).generate("llama3.2", "hi")
+        assert refused.value.status_code == 401 and "admin token" in refused.value.error
+        replayed = await ollama.AsyncClient(host=url, headers=bearer).generate("llama3.2", "hi")
         assert replayed == recorded
-        tags = await ollama.AsyncClient(host=url).list()
+        tags = await ollama.AsyncClient(host=url, headers=bearer).list()
         assert [m.model for m in tags.models] == ["llama3.2:latest"]
-        oai = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="ollama")
+        oai = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=ADMIN_TOKEN)
         assert [m.id async for m in oai.models.list()] == ["llama3.2:latest"]
         await oai.close()
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 30)
+
+
+async def test_serve_keeps_a_token_beside_the_database_and_no_token_is_loopback_only(
+    proxy: Proxy,
+) -> None:
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    await records(proxy, 1)
+    db, port = proxy.settings.db_path, free_port()
+    proc = await _run("serve", "--db", str(db), "--port", str(port))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await _ready(url)
+        token = (db.parent / "admin-token").read_text().strip()
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"{url}/api/tags") as resp:
+                assert resp.status == 401
+            async with s.get(f"{url}/api/tags", headers={"Authorization": f"Bearer {token}"}) as r:
+                assert r.status == 200
+    finally:
+        proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert str(db.parent / "admin-token").encode() in err and token.encode() not in err
+    proc = await _run("serve", "--db", str(db), "--host", "0.0.0.0", "--no-token")
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1
+    assert err.count(b"\n") == 1 and b"--no-token is allowed on loopback binds only" in err
+
+
+async def test_a_non_loopback_bind_warns_that_it_is_in_clear(proxy: Proxy) -> None:
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    await records(proxy, 1)
+    port = free_port()
+    proc = await _run(
+        "serve", "--db", str(proxy.settings.db_path), "--host", "0.0.0.0", "--port", str(port),
+        token=ADMIN_TOKEN,
+    )  # fmt: skip
+    try:
+        await _ready(f"http://127.0.0.1:{port}")
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{port}/api/tags") as resp:
+                assert resp.status == 401
+    finally:
+        proc.terminate()
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert b"WARNING: plain HTTP on a non-loopback address" in err
 
 
 async def test_serve_refuses_a_metadata_only_database(proxy_factory: MakeProxy) -> None:

@@ -9,6 +9,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
@@ -61,6 +62,28 @@ class PgServer:
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def processes(self) -> list[int]:
+        """The postmaster and every process it started (backends, workers)."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        found = [postmaster]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # The fields after the command name (in parentheses): state, ppid, ...
+                if int(stat.read_text().rpartition(")")[2].split()[1]) == postmaster:
+                    found.append(int(stat.parent.name))
+        return found
+
+    def freeze(self) -> None:
+        """Stop every process of the server (SIGSTOP): its kernel still accepts connections
+        and acknowledges data, and nothing ever answers, like a server hung on its disk."""
+        for pid in self.processes():
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def url(self, db: str = "postgres", user: str = "postgres") -> str:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{db}"

@@ -66,6 +66,8 @@ class Front:
         self.clients = Clients()
         self.connections = self.clients.connections
         self.debug = tap.settings.log_level == "debug"
+        self.body_timeouts = 0
+        """Connections cut for a stalled request body (request.STALL_SECONDS)."""
 
     @property
     def closing(self) -> bool:
@@ -184,7 +186,7 @@ class FrontConnection(asyncio.Protocol):
                 self.framing, clock.last_byte = 0, time.monotonic()
             else:
                 self.framing += len(data)
-            clock.watch(self.cut)
+            clock.watch(self.stalled)
             if self.framing > MAX_FRAMING:
                 self.unparseable(TooLarge("chunk framing or trailer too large"))
 
@@ -375,6 +377,13 @@ class FrontConnection(asyncio.Protocol):
             return
         self.current.body.fail(ClientGone(f"the request could not be parsed: {error}"))
         self.transport.abort()
+
+    def stalled(self, why: str) -> None:
+        """The body brought no byte for STALL_SECONDS: counted and logged, then cut."""
+        if self.current is not None:
+            self.front.body_timeouts += 1
+            log.info("front_body_timeout", error=why)
+        self.cut(why)
 
     def cut(self, why: str) -> None:
         """A body stalled, or its dropped rest did not end in time: the connection goes
