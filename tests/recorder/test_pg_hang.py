@@ -27,7 +27,7 @@ async def _read(url: str) -> int:
 async def test_a_stopped_server_bounds_reads_and_shutdown(
     fake_ollama: FakeOllama,
     tmp_path: Path,
-    own_server: PgServer,  # noqa: F811
+    own_server: PgServer,
 ) -> None:
     url = await asyncio.to_thread(own_server.new_database)
     proc, base = await serve(
