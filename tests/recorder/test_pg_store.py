@@ -220,7 +220,6 @@ def own_server() -> Any:
     server.close()
 
 
-@pytest.mark.slow
 async def test_a_server_away_costs_records_only_past_the_bound(
     tmp_path: Path, own_server: PgServer
 ) -> None:
