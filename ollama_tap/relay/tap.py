@@ -16,12 +16,11 @@ import structlog
 from aiohttp import hdrs
 from multidict import CIMultiDictProxy
 
-from ollama_tap import ollama
+from ollama_tap import ollama, tracecontext
 from ollama_tap.config import Settings
 from ollama_tap.credentials import redacted_path
 from ollama_tap.exchange import Exchange, Outcome, OutputChunk
 from ollama_tap.hooks import Hooks
-from ollama_tap.relay import trace_context
 from ollama_tap.relay.failures import INTERNAL_ERROR, ClientGone
 from ollama_tap.relay.headers import target_of
 from ollama_tap.relay.incoming import BodySource, Incoming
@@ -142,7 +141,7 @@ class Tapped:
             started_wall=time.time() - (time.monotonic() - arrived),
         )
         if tap.target.propagates:
-            ex.metadata[trace_context.METADATA_KEY] = trace_context.ids_of(incoming)
+            ex.metadata[tracecontext.METADATA_KEY] = tracecontext.ids_of(incoming)
         self.tee = ollama.tees_request_body(
             ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
         )
