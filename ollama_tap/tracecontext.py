@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final, Protocol
 
+import structlog
 from yarl import URL
 
 from ollama_tap.ollama import routes
@@ -30,6 +31,8 @@ TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
 METADATA_KEY: Final = "otel_trace_ids"
 """Where the exchange keeps its TraceIds (`Exchange.metadata`)."""
+
+log = structlog.get_logger("ollama_tap.tracecontext")
 
 
 class TraceIds:
@@ -78,12 +81,19 @@ class Carries(Protocol):
 
 def extract(headers: Mapping[str, str]) -> Context | None:
     """The app's context in `headers`, as the configured propagators read it (None when none
-    of their fields is there)."""
+    of their fields is there, or when a propagator fails on what the client sent: its request
+    goes on as if it had sent none)."""
     from opentelemetry import propagate
 
     fields = propagate.get_global_textmap().fields
     carrier = {k.lower(): v for k, v in headers.items() if k.lower() in fields}
-    return propagate.extract(carrier) if carrier else None
+    if not carrier:
+        return None
+    try:
+        return propagate.extract(carrier)
+    except Exception:
+        log.warning("trace_context_unreadable", exc_info=True)
+        return None
 
 
 def ids_of(incoming: Carries) -> TraceIds:

@@ -148,3 +148,19 @@ async def test_a_route_without_a_span_goes_up_unchanged(
 def test_the_routes_told_are_those_that_get_spans() -> None:
     assert {e for e in ENDPOINTS if spanned(e)} == {e for e in ENDPOINTS if operation_of(e)}
     assert spanned("/api/chat") and not spanned("/api/tags")
+
+
+def test_a_propagator_that_fails_leaves_the_request_untraced_by_the_app(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A custom propagator (OTEL_PROPAGATORS) that raises on what a client sent: the request
+    goes up with the proxy's own trace, not an error."""
+    from opentelemetry import propagate
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise ValueError("unreadable")
+
+    monkeypatch.setattr(propagate, "extract", fails)
+    head = Head([("traceparent", APP["traceparent"])])
+    sent = dict(propagated(head))
+    assert sent["traceparent"].split("-")[1] != APP_TRACE
