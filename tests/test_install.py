@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -45,12 +46,17 @@ def clone(tmp_path: Path) -> Path:
     return target
 
 
+MAKE_HANG: Final = 1800.0
+"""Seconds after which a `make` is taken for hung: a fresh venv and a mypyc build took more
+than 10 minutes on a loaded 2-core machine."""
+
+
 def make(clone: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     return subprocess.run(
         ["make", "--no-print-directory", *args], cwd=clone, env=_env(**env),
-        capture_output=True, text=True, timeout=600, check=False,
+        capture_output=True, text=True, timeout=MAKE_HANG, check=False,
     )  # fmt: skip
 
 
