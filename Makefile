@@ -142,8 +142,8 @@ SLOW_TESTS := tests/test_install.py
 PACKAGING_STAMP = $(TEST_CACHE)/install-tests-passed/$$(cat $(PACKAGING) | sha256sum | cut -c1-32)
 
 ## make test-slow: the install tests (tests/test_install.py: `make run` from a copy of the
-## clone, with and without a C compiler, and `pipx install .`; 5–10 minutes); a whole passing
-## run (no ARGS) stamps the packaging files it passed with
+## clone, with and without a C compiler, and `pipx install .`; 10–20 minutes on 2 cores); a
+## whole passing run (no ARGS) stamps the packaging files it passed with
 test-slow: $(VENV)/.test-deps
 	$(VENV)/bin/pytest -q $(SLOW_TESTS) $(ARGS)
 	@[ -n "$(ARGS)" ] || { stamp=$(PACKAGING_STAMP) && mkdir -p "$${stamp%/*}" && touch "$$stamp"; }
