@@ -15,7 +15,7 @@ UNBUILD := find ollama_tap -name '*.so' -delete && rm -f ./*__mypyc*.so .compile
 # Serial even under -j: every recipe installs into, or builds in, the same venv and tree.
 .NOTPARALLEL:
 
-.PHONY: run test lint typecheck unit unit-interpreted system-deps build-deps \
+.PHONY: run test test-slow install-tests lint typecheck unit unit-compiled system-deps build-deps \
 	python-check engine bench instructions env clean
 
 ## python-check: $(PYTHON) is 3.11 or newer, else the way to get one (make run PYTHON=...)
@@ -42,13 +42,16 @@ $(VENV)/.test-deps: $(VENV)/.run-deps
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-## the hot modules compiled with mypyc (ollama_tap/compiled.py lists them) beside their sources; again
-## after any change to the package, since Python imports an extension module before its
-## .py and a stale build would shadow the edit (the test suite refuses to run on one)
-$(VENV)/.compiled: $(VENV)/.run-deps setup.py $(SOURCES) | build-deps
+## the per-chunk modules compiled with mypyc (ollama_tap/compiled.py lists them) beside their
+## sources; again after a change to any of them or to what they import (`python3
+## ollama_tap/compiled.py` lists those), since Python imports an extension module before its
+## .py and a stale build would shadow the edit (the compiled test pass refuses to run on one)
+.SECONDEXPANSION:
+$(VENV)/.compiled: $(VENV)/.run-deps setup.py ollama_tap/compiled.py \
+		$$(shell $(PYTHON) ollama_tap/compiled.py 2>/dev/null) | build-deps
 	@touch $@.started  # an edit saved while it builds is newer than the stamp: built again
 	@$(UNBUILD)
-	@echo "compiling the fast path (2–3 minutes, once; log: $(VENV)/compile.log)"
+	@echo "compiling the fast path (1–2 minutes, once; log: $(VENV)/compile.log)"
 	@$(PY) -m pip install -q --no-build-isolation --no-deps -e . >$(VENV)/compile.log 2>&1 \
 	  || { tail -n 25 $(VENV)/compile.log; $(UNBUILD); echo "the build failed (see above)"; \
 	  exit 1; } >&2
@@ -115,22 +118,47 @@ typecheck: $(VENV)/.test-deps
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy bench  # the benchmark scripts too: they call the package's internals
 
-unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps engine
-	$(ENGINE_ENV) $(VENV)/bin/pytest $(ARGS)
+## the whole suite but the slow tier, once, against the .py sources (the default: a build
+## beside them is not imported), the real-engine tier among it
+unit: $(VENV)/.test-deps system-deps engine
+	$(ENGINE_ENV) $(VENV)/bin/pytest -q -m 'not slow' $(ARGS)
 
-# The second and third passes run the proxy's own tests: not the deploy stack, the browser
-# or the benchmark scripts, which the first pass covers and no relay mode changes.
-PROXY_TESTS_ONLY := --ignore=tests/deploy --ignore=tests/inspector --ignore=tests/bench \
-	--ignore=tests/test_install.py
+# What a compiled build can change: the relay, the per-chunk code and the real engine behind
+# the proxy; every other module runs interpreted in both passes.
+COMPILED_TESTS := tests/relay tests/ollama tests/metrics tests/engine tests/test_framing.py \
+	tests/test_hooks.py tests/test_banner.py tests/recorder/test_timeline.py \
+	tests/recorder/test_fast_paths.py tests/recorder/test_e2e.py
 
-## the same proxy tests against the .py sources (an OLLAMA_TAP_PURE_PYTHON=1 install), and
-## the tests that patch module internals, which compiled modules do not see; not the
-## real-engine tier, which the two passes above run and which patches nothing
-unit-interpreted: $(VENV)/.test-deps
-	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q $(PROXY_TESTS_ONLY) --ignore=tests/engine
+## the relay and per-chunk tests again, against the compiled modules (OLLAMA_TAP_COMPILED=1)
+unit-compiled: $(VENV)/.test-deps $(VENV)/.compiled engine
+	$(ENGINE_ENV) OLLAMA_TAP_COMPILED=1 $(VENV)/bin/pytest -q -m 'not slow' $(COMPILED_TESTS) $(ARGS)
 
-## make test: install everything the tests need, then lint, type-check and run the suite
-test: lint typecheck unit unit-interpreted
+# The slow tier's stamps: one per hash of the packaging files it passed with, outside the
+# clone (beside the engine's cache), so a fresh clone of the same files needs no second run.
+TEST_CACHE := $(or $(OLLAMA_TAP_TEST_CACHE),$(HOME)/.cache/ollama-tap-tests)
+PACKAGING := pyproject.toml setup.py Makefile ollama_tap/compiled.py Dockerfile
+# The tests marked `slow` (module-wide), which the other passes leave out.
+SLOW_TESTS := tests/test_install.py
+PACKAGING_STAMP = $(TEST_CACHE)/install-tests-passed/$$(cat $(PACKAGING) | sha256sum | cut -c1-32)
+
+## make test-slow: the install tests (tests/test_install.py: `make run` from a copy of the
+## clone, with and without a C compiler, and `pipx install .`; 10–20 minutes on 2 cores); a
+## whole passing run (no ARGS) stamps the packaging files it passed with
+test-slow: $(VENV)/.test-deps
+	$(VENV)/bin/pytest -q $(SLOW_TESTS) $(ARGS)
+	@[ -n "$(ARGS)" ] || { stamp=$(PACKAGING_STAMP) && mkdir -p "$${stamp%/*}" && touch "$$stamp"; }
+
+## the slow tier, when a packaging file changed since it last passed (never narrowed by the
+## ARGS given to `make test`)
+install-tests: $(VENV)/.test-deps
+	@if [ -e $(PACKAGING_STAMP) ]; then \
+	  echo "install tests: the packaging files ($(PACKAGING)) are as when they last passed;" \
+	    "make test-slow runs them anyway"; \
+	else $(MAKE) --no-print-directory test-slow ARGS=; fi
+
+## make test: install everything the tests need, then lint, type-check, the suite once
+## interpreted, the per-chunk tests compiled, and the install tests if packaging changed
+test: lint typecheck unit unit-compiled install-tests
 
 ## make bench: the overhead benchmark (direct vs nginx vs ollama-tap), prints ratios
 bench: $(VENV)/.test-deps $(VENV)/.compiled

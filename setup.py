@@ -1,9 +1,10 @@
-"""Builds the modules every request and token goes through with mypyc (README "Installing";
-the list is ollama_tap.compiled.MODULES).
+"""Builds the modules every relayed chunk goes through with mypyc (README "Installing"; the
+list is ollama_tap.compiled.MODULES).
 
 OLLAMA_TAP_PURE_PYTHON=1 installs them as plain Python, as happens (with a warning) where
 there is no C compiler or no Python headers. Each compiling build records the hashes of
-the sources it compiled (ollama_tap.compiled.RECORD), which the test suite checks.
+the sources it compiled against (ollama_tap.compiled.RECORD), which the compiled test pass
+checks.
 """
 
 from __future__ import annotations

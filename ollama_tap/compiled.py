@@ -1,12 +1,15 @@
 """Which modules are compiled with mypyc (setup.py), whether this process runs them
 compiled, and the record of the sources a build compiled.
 
-Plain Python with no dependencies: setup.py loads it before anything is installed.
+Plain Python with no dependencies: setup.py and the Makefile load it before anything is
+installed.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import sys
 from pathlib import Path
 from typing import Final
 
@@ -14,73 +17,84 @@ MODULES: Final = [
     "ollama_tap/exchange.py",
     "ollama_tap/rawreply.py",
     "ollama_tap/framing.py",
-    "ollama_tap/ollama/routes.py",
-    "ollama_tap/ollama/errors.py",
-    "ollama_tap/ollama/request.py",
     "ollama_tap/ollama/payloads.py",
     "ollama_tap/ollama/readers.py",
-    "ollama_tap/ollama/version.py",
     "ollama_tap/hooks.py",
-    "ollama_tap/names.py",
-    "ollama_tap/slots.py",
-    "ollama_tap/accesslog.py",
-    "ollama_tap/attribution.py",
-    "ollama_tap/inflight/registry.py",
-    "ollama_tap/measures.py",
-    "ollama_tap/cloud.py",
-    "ollama_tap/truncation/rules.py",
-    "ollama_tap/truncation/observer.py",
-    "ollama_tap/ollama/options.py",
-    "ollama_tap/loads/events.py",
-    "ollama_tap/loads/state.py",
-    "ollama_tap/loads/tracker.py",
-    "ollama_tap/otel/spans.py",
-    "ollama_tap/otel/content.py",
-    "ollama_tap/otel/parts.py",
-    "ollama_tap/otel/wire.py",
     "ollama_tap/metrics/histogram.py",
-    "ollama_tap/metrics/registered.py",
     "ollama_tap/metrics/observer.py",
     "ollama_tap/relay/tap.py",
     "ollama_tap/relay/tapped.py",
     "ollama_tap/relay/bodies.py",
-    "ollama_tap/relay/incoming.py",
     "ollama_tap/relay/headers.py",
-    "ollama_tap/relay/trace_ids.py",
-    "ollama_tap/relay/trace_context.py",
-    "ollama_tap/relay/retry.py",
     "ollama_tap/relay/http1/flow.py",
     "ollama_tap/relay/http1/reply.py",
     "ollama_tap/relay/http1/pool.py",
     "ollama_tap/relay/http1/request.py",
-    "ollama_tap/relay/http1/serves.py",
     "ollama_tap/relay/http1/relay.py",
-    "ollama_tap/relay/http1/send.py",
-    "ollama_tap/relay/http1/clients.py",
     "ollama_tap/relay/http1/server.py",
     "ollama_tap/recorder/__init__.py",
-    "ollama_tap/recorder/scope.py",
     "ollama_tap/recorder/timeline.py",
+    "ollama_tap/otel/wire.py",
 ]
-"""What runs on the event loop per request and per token, and the SDK-free parts of the
-OpenTelemetry export: the span mapping (at each exchange's end) and the OTLP encoder (called
-span by span from interpreted code, it holds the GIL for one span at a time). Not the
-recorder's writer thread (record, redact, writer): compiled code never offers the GIL to
-other threads on its own, so a large body being scrubbed there would stall the loop for its
-whole length."""
+"""What runs for every relayed chunk: the transport's read and write path (the front and
+upstream connections, the reply parser, flow control, the chunk framing), the exchange
+driver, the readers that parse each line or event into output pieces, the hooks' dispatch
+and the two observers with a per-chunk hook (the metrics' inter-token histogram, the
+recorder's timeline and raw-reply capture). And one module that runs per span, on the export
+thread: the OTLP encoder, which exists only to cost less than the SDK's (docs/opentelemetry.md,
+"What it costs") and does so compiled. Everything else that runs once per exchange or less
+(the span mapping, loads, truncation, attribution, the recorder's writer thread) stays
+interpreted: tens of µs against exchanges that last seconds do not pay for a C toolchain's
+rules, and compiled code never offers the GIL to other threads on its own, so a large body
+scrubbed in the writer thread would stall the loop for its whole length."""
 
 RECORD: Final = ".compiled-sources"
 """Beside `ollama_tap/`: the hashes of the sources the last compiling build read. An extension
-module is imported before the .py beside it, so the test suite checks a build against it."""
+module is imported before the .py beside it, so the compiled test pass checks a build
+against it."""
+
+
+def _imports(path: Path, root: Path) -> set[Path]:
+    """The package's modules `path` imports, at any depth of its code (the name a `from a
+    import b` binds may be the module a/b.py or a name in a/__init__.py: both count). Not the
+    packages above a module imported by its full name: the compiled code reads nothing of
+    theirs."""
+    found: set[Path] = set()
+    package = path.parent.relative_to(root).parts
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name.split(".") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = (*base, *(node.module or "").split(".")) if node.module else base
+            names = [list(module)] + [[*module, alias.name] for alias in node.names]
+        else:
+            continue
+        for parts in names:
+            if parts and parts[0] == "ollama_tap":
+                for candidate in (Path(*parts).with_suffix(".py"), Path(*parts, "__init__.py")):
+                    if (root / candidate).is_file():
+                        found.add(candidate)
+    return found
+
+
+def sources(root: Path) -> list[str]:
+    """The compiled modules and every package module they import, directly or not, by path
+    relative to `root`: mypyc compiles against their types and inlines their `Final`
+    constants, so an edit to any of them makes a build stale. Editing any other module (the
+    CLI, OpenTelemetry, loads, ...) does not."""
+    seen = {Path(name) for name in MODULES}
+    todo = list(seen)
+    while todo:
+        for found in _imports(root / todo.pop(), root) - seen:
+            seen.add(found)
+            todo.append(found)
+    return sorted(str(path) for path in seen)
 
 
 def source_hashes(root: Path) -> dict[str, str]:
-    """The sha256 of every .py under `root`/proxy, by path relative to `root` (compiled code
-    depends on the types of what it imports, so every module counts, compiled or not)."""
-    return {
-        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted((root / "ollama_tap").rglob("*.py"))
-    }
+    """The sha256 of each of `sources(root)`."""
+    return {name: hashlib.sha256((root / name).read_bytes()).hexdigest() for name in sources(root)}
 
 
 def active() -> bool:
@@ -89,3 +103,7 @@ def active() -> bool:
     from ollama_tap.relay import tap
 
     return not (tap.__file__ or "").endswith(".py")
+
+
+if __name__ == "__main__":  # the Makefile: what a build depends on, one path a line
+    print("\n".join(sources(Path(sys.argv[1] if len(sys.argv) > 1 else "."))))

@@ -81,7 +81,7 @@ class OutputText(Protocol):
 
 class PropagatedTrace(Protocol):
     """The trace ids the upstream was told in its `traceparent` (`--otel-propagate`): the
-    relay chooses them with the request head (ollama_tap/relay/trace_context.py), before
+    relay chooses them with the request head (ollama_tap/tracecontext.py), before
     any span exists, and the spans take them at the exchange's end."""
 
     @property
@@ -90,12 +90,6 @@ class PropagatedTrace(Protocol):
     @property
     def client_span_id(self) -> int:
         """The CLIENT span's id, which the upstream sees as its parent."""
-
-    @property
-    def flags(self) -> str: ...
-
-    @property
-    def tracestate(self) -> str | None: ...
 
 
 @dataclass(slots=True, init=False)

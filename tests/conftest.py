@@ -16,18 +16,18 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
-INTERPRETED = bool(os.environ.get("OLLAMA_TAP_INTERPRETED"))
-"""Run against proxy's .py sources even where their compiled twins (mypyc, setup.py) sit
-beside them, here and in the proxies started as subprocesses: `make test` runs the suite
-both ways."""
+COMPILED_PASS = os.environ.get("OLLAMA_TAP_COMPILED") == "1"
+"""Run the compiled modules (mypyc, setup.py) built beside the sources: `make test`'s second
+pass, over the relay and per-chunk tests. Otherwise the suite, and the proxies it starts as
+subprocesses, run the .py sources even where a build sits beside them."""
 
 
 def _stale_build() -> str | None:
-    """Why the compiled modules beside the sources were not built from them as they are,
-    if they were not: Python imports an extension module before its .py, so an edit would
-    go untested. setup.py records the hashes of the sources a build compiled."""
+    """Why the compiled modules beside the sources are not a build of them as they are, if
+    they are not: Python imports an extension module before its .py, so an edit would go
+    untested. setup.py records the hashes of the sources a build compiled against."""
     if not any((ROOT / "ollama_tap").rglob("*.so")):
-        return None
+        return "no compiled modules are built"
     record = ROOT / compiled.RECORD
     if not record.exists():
         return "the compiled modules have no record of their sources"
@@ -36,7 +36,7 @@ def _stale_build() -> str | None:
     return f"{changed[0]} changed since the compiled modules were built" if changed else None
 
 
-if INTERPRETED:
+if not COMPILED_PASS:
     from tests.interpreted.sitecustomize import install
 
     install()
@@ -47,10 +47,10 @@ if INTERPRETED:
 # After the import hook above (ollama_tap.compiled itself is never compiled).
 from ollama_tap import compiled  # noqa: E402
 
-if not INTERPRETED and (_why := _stale_build()) is not None:
+if COMPILED_PASS and (_why := _stale_build()) is not None:
     pytest.exit(
-        f"{_why}: run `make test` (which rebuilds them), or OLLAMA_TAP_INTERPRETED=1 pytest "
-        "to test the sources as they are",
+        f"OLLAMA_TAP_COMPILED=1, but {_why}: run `make unit-compiled` (which builds them), "
+        "or drop OLLAMA_TAP_COMPILED to test the sources",
         returncode=2,
     )
 
@@ -70,7 +70,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return
     skip = pytest.mark.skip(
         reason="patches module internals, which compiled code does not look up; "
-        "runs in the interpreted pass (OLLAMA_TAP_INTERPRETED=1)"
+        "runs in the interpreted pass"
     )
     for item in items:
         if item.get_closest_marker("interpreted"):

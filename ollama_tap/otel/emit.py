@@ -5,7 +5,8 @@ An exchange's spans are known complete only at its end, so they are made there a
 a Tracer: that path validates and copies each attribute under a lock, takes the current
 context and runs span processors' starts, which was most of the export's cost per exchange
 (docs/opentelemetry.md, "What it costs"). The attributes here are plain values the mapping
-made (str, bool, int, float, tuples of str), so nothing needs cleaning.
+made (str, bool, int, float, tuples of str), so nothing needs cleaning but their length,
+which the SDK's span limits bound (`bound`, the limit from ollama_tap/otel/export.py).
 
 The sampler is asked once per exchange, with the same arguments a Tracer gives it (except
 by the default one, whose answer for a trace the app did not start is always "sampled");
@@ -21,20 +22,19 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, TraceState
 
-from ollama_tap.relay.trace_context import random_id
-from ollama_tap.relay.trace_ids import TraceIds
+from ollama_tap.tracecontext import TraceIds
 
 SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
-_OTLP_SERVER: Final = 2
-_OTLP_CLIENT: Final = 3
-"""OTLP's SpanKind numbers (the SDK's enum counts from INTERNAL = 0)."""
-_OTLP_ERROR: Final = 2
-"""OTLP's STATUS_CODE_ERROR."""
 UNSET: Final = Status()
+NAME_LENGTH: Final = 256
+"""Characters of a span name kept: it holds the model the client named, which may be anything
+(the attribute `gen_ai.request.model` keeps it up to the attribute limit)."""
+_IDS: Final = RandomIdGenerator()
 _DEFAULT_ON: Final[str] = DEFAULT_ON.get_description()  # type: ignore[no-untyped-call]
 """The SDK's default sampler as it describes itself (ParentBased's method is untyped)."""
 
@@ -46,20 +46,18 @@ class SpanIds:
     __slots__ = ("client", "parent", "server", "trace_id", "trace_state")
 
     def __init__(self, parent: SpanContext | None, told: TraceIds | None = None) -> None:
-        """`told`: the ids the upstream was sent (`--otel-propagate`), which win; the app's
-        span stays the parent when it is of the same trace (both read its traceparent)."""
+        """`told`: the ids the upstream was sent (`--otel-propagate`), read from the same
+        context as `parent`, so of the same trace."""
         if parent is not None and not parent.is_valid:
-            parent = None
-        if told is not None and parent is not None and parent.trace_id != told.trace_id:
             parent = None
         self.parent = parent
         self.trace_state = parent.trace_state if parent is not None else TraceState()
         if told is not None:
             self.trace_id, self.client = told.trace_id, told.client_span_id
         else:
-            self.trace_id = parent.trace_id if parent is not None else random_id(128)
-            self.client = random_id(64)
-        self.server = random_id(64)
+            self.trace_id = parent.trace_id if parent is not None else _IDS.generate_trace_id()
+            self.client = _IDS.generate_span_id()
+        self.server = _IDS.generate_span_id()
 
 
 def remote_parent(context: Context | None) -> SpanContext | None:
@@ -80,7 +78,11 @@ class Emitter:
         scope: InstrumentationScope,
         sampler: Sampler,
         processors: Sequence[SpanProcessor],
+        value_length: int,
     ) -> None:
+        self.value_length = value_length
+        """Characters of a string attribute kept (ollama_tap/otel/export.py: the SDK's
+        SpanLimits)."""
         self.resource = resource
         self.scope = scope
         self.sampler = sampler
@@ -102,6 +104,9 @@ class Emitter:
     ) -> bool:
         """False when the sampler dropped the exchange. `context` is the extracted one the
         sampler sees as the parent; `error` the description of a failure's status."""
+        name = name[:NAME_LENGTH]
+        bound(server_attributes, self.value_length)
+        bound(client_attributes, self.value_length)
         state = ids.trace_state
         if context is not None or not self._roots_sampled:
             sampled = self.sampler.should_sample(
@@ -116,24 +121,11 @@ class Emitter:
         server = SpanContext(ids.trace_id, ids.server, False, SAMPLED, state)
         client = SpanContext(ids.trace_id, ids.client, False, SAMPLED, state)
         status = UNSET if error is None else Status(trace.StatusCode.ERROR, error)
-        # What the OTLP/HTTP body is written from (ollama_tap/otel/wire.py), as plain values.
-        state_text = ",".join(f"{k}={v}" for k, v in state.items()) if state else ""
-        code = (0, None) if error is None else (_OTLP_ERROR, error)
-        parent = ids.parent
         made = (
-            WireSpan(
-                ((ids.trace_id, ids.client, ids.server), False, state_text, name, _OTLP_CLIENT,
-                 times, client_attributes, (), code),
-                self._span(name, client, server, SpanKind.CLIENT, client_attributes, (), status,
-                           times),
-            ),
-            WireSpan(
-                ((ids.trace_id, ids.server, parent.span_id if parent is not None else 0),
-                 parent is not None and parent.is_remote, state_text, name, _OTLP_SERVER, times,
-                 server_attributes, [(event, at, {}) for event, at in events], code),
-                self._span(name, server, parent, SpanKind.SERVER, server_attributes,
-                           [Event(event, None, at) for event, at in events], status, times),
-            ),
+            self._span(name, client, server, SpanKind.CLIENT, client_attributes, (), status,
+                       times),
+            self._span(name, server, ids.parent, SpanKind.SERVER, server_attributes,
+                       [Event(event, None, at) for event, at in events], status, times),
         )  # fmt: skip
         for span in made:
             for processor in self.processors:
@@ -150,19 +142,22 @@ class Emitter:
         events: Sequence[Event],
         status: Status,
         times: tuple[int, int],
-    ) -> tuple[Any, ...]:
-        """ReadableSpan's arguments, in its order."""
-        return (
+    ) -> ReadableSpan:
+        return ReadableSpan(
             name, context, parent, self.resource, attributes, events, (), kind, None, status,
             times[0], times[1], self.scope,
         )  # fmt: skip
 
 
-class WireSpan(ReadableSpan):
-    """A finished span that also holds its fields as ollama_tap/otel/wire.py writes them
-    (`wire_fields`): the OTLP/HTTP export reads those instead of a dozen SDK properties a
-    span, each a Python call, which were a third of its work."""
-
-    def __init__(self, wire_fields: tuple[Any, ...], args: tuple[Any, ...]) -> None:
-        super().__init__(*args)
-        self.wire_fields = wire_fields
+def bound(attributes: dict[str, Any], length: int) -> None:
+    """Cut every string value (and string in a tuple) to `length` characters, as the SDK's
+    BoundedAttributes does for a Tracer's spans: the mapping's values are already of the
+    types OTLP takes, so only the length is left to check."""
+    for key, value in attributes.items():
+        if isinstance(value, str):
+            if len(value) > length:
+                attributes[key] = value[:length]
+        elif isinstance(value, tuple) and any(
+            isinstance(v, str) and len(v) > length for v in value
+        ):
+            attributes[key] = tuple(v[:length] if isinstance(v, str) else v for v in value)

@@ -19,11 +19,12 @@ from typing import Final
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import Counter
 
+from ollama_tap.config import ConfigError
 from ollama_tap.otel.config import GRPC, OtelConfig
 from ollama_tap.otel.emit import Emitter
 from ollama_tap.otel.encode import WireExporter
@@ -31,6 +32,10 @@ from ollama_tap.otel.encode import WireExporter
 SERVICE: Final = "ollama-tap"
 DEFAULT_QUEUE: Final = 2048
 """The SDK's own default of OTEL_BSP_MAX_QUEUE_SIZE."""
+DEFAULT_VALUE_LENGTH: Final = 64 * 1024
+"""Characters of a string attribute kept when no OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT says:
+the SDK keeps them whole, and a pasted document as a prompt (or as a model name) would then
+travel whole to the collector, whose request limit drops its whole batch."""
 
 
 def _package_version() -> str:
@@ -62,6 +67,16 @@ def span_exporter(config: OtelConfig) -> SpanExporter:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return WireExporter(OTLPSpanExporter(endpoint=endpoint))
+
+
+def value_length() -> int:
+    """OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT, else OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, as the
+    SDK's SpanLimits reads them; DEFAULT_VALUE_LENGTH when neither is set."""
+    try:
+        found = SpanLimits().max_span_attribute_length
+    except ValueError as exc:
+        raise ConfigError(f"{exc}: set it to a number of characters, or unset it.") from None
+    return DEFAULT_VALUE_LENGTH if found is None else found
 
 
 class QueueCount:
@@ -177,7 +192,9 @@ class Tracing:
         for processor in processors:
             self.provider.add_span_processor(processor)  # for its flush and shutdown
         scope = InstrumentationScope("ollama-tap", _package_version())
-        self.emitter = Emitter(self.provider.resource, scope, self.provider.sampler, processors)
+        self.emitter = Emitter(
+            self.provider.resource, scope, self.provider.sampler, processors, value_length()
+        )
 
     def close(self) -> None:
         """Blocking: export what is queued (the exporter's own timeout bounds each batch),

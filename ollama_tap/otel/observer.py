@@ -9,9 +9,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from opentelemetry import propagate
-from opentelemetry.context import Context
-
 from ollama_tap.exchange import Exchange
 from ollama_tap.hooks import Phase
 from ollama_tap.otel.config import OtelConfig
@@ -20,14 +17,9 @@ from ollama_tap.otel.export import Tracing
 from ollama_tap.otel.metrics import GenAiMetrics
 from ollama_tap.otel.parts import span_parts
 from ollama_tap.otel.spans import ContextLength
-from ollama_tap.relay.trace_ids import TraceIds
+from ollama_tap.tracecontext import TraceIds, extract
 
 NAME: Final = "otel"
-
-
-def _carrier(headers: dict[str, str], fields: set[str]) -> dict[str, str]:
-    """The propagation headers among the client's, by lower-case name (as the getter asks)."""
-    return {k.lower(): v for k, v in headers.items() if k.lower() in fields}
 
 
 class OtelObserver:
@@ -47,7 +39,6 @@ class OtelObserver:
         self.emitter = tracing.emitter
         self.metrics = metrics
         self.context_length = context_length
-        self.fields = set(propagate.get_global_textmap().fields)
 
     def response(self, ex: Exchange) -> None:
         self._export(ex)
@@ -55,17 +46,15 @@ class OtelObserver:
     def error(self, ex: Exchange) -> None:
         self._export(ex)
 
-    def parent(self, ex: Exchange) -> Context | None:
-        carrier = _carrier(ex.request_headers, self.fields)
-        return propagate.extract(carrier) if carrier else None
-
     def _export(self, ex: Exchange) -> None:
         made = span_parts(ex, self.config, self.context_length)
         if made is None:
             return
-        context = self.parent(ex)
-        told = ex.propagated
-        ids = SpanIds(remote_parent(context), told if isinstance(told, TraceIds) else None)
+        # With --otel-propagate the relay read the app's context as the request came
+        # (ollama_tap/tracecontext.py): the spans take that one, not a second reading.
+        told = ex.propagated if isinstance(ex.propagated, TraceIds) else None
+        context = told.context if told is not None else extract(ex.request_headers)
+        ids = SpanIds(remote_parent(context), told)
         self.emitter.emit(
             made.name, ids, context, made.times, made.server, made.client, made.events,
             made.error,

@@ -183,10 +183,6 @@ def sdk_span(span: Any, kinds: Mapping[Any, int], codes: Mapping[Any, int]) -> M
     as a Span message; `kinds` and `codes` map the SDK's SpanKind and StatusCode to OTLP's
     numbers (ollama_tap/otel/encode.py). Here rather than beside the SDK's types so that it runs
     compiled: it is most of an export's work per span."""
-    fields = getattr(span, "wire_fields", None)
-    if fields is not None:  # ollama_tap/otel/emit.py's spans: their fields as plain values
-        ids, remote, state_text, name, kind, times, attrs, events, code = fields
-        return _span(ids, remote, state_text, name, kind, times, attrs, events, code)
     context, parent = span.context, span.parent
     if context is None:
         raise ValueError("a finished span without a context")

@@ -16,7 +16,7 @@ from yarl import URL
 from ollama_tap.config import Settings
 from ollama_tap.otel.config import enabled as otel_enabled
 from ollama_tap.relay.incoming import Incoming
-from ollama_tap.relay.trace_context import as_sent, propagated
+from ollama_tap.tracecontext import as_sent, propagated
 
 Pairs = Iterable[tuple[str, str]]
 

@@ -22,12 +22,11 @@ import structlog
 from aiohttp import hdrs
 from multidict import CIMultiDictProxy
 
-from ollama_tap import ollama
+from ollama_tap import ollama, tracecontext
 from ollama_tap.config import Settings
 from ollama_tap.credentials import redacted_path
 from ollama_tap.exchange import Exchange, Outcome, OutputChunk
 from ollama_tap.hooks import Hooks
-from ollama_tap.relay import trace_context
 from ollama_tap.relay.bodies import TeedBody
 from ollama_tap.relay.failures import StageError
 from ollama_tap.relay.headers import UpstreamTarget
@@ -79,7 +78,7 @@ class Tapped:
             started_wall=time.time() - (time.monotonic() - arrived),
         )
         if target.propagates:
-            ex.propagated = trace_context.ids_of(incoming)
+            ex.propagated = tracecontext.ids_of(incoming)
         self.tee = ollama.tees_request_body(
             ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
         )

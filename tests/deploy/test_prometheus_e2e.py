@@ -46,8 +46,6 @@ from tests.deploy.stack import (
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.fake_ollama.context import context_size_error
 
-pytestmark = pytest.mark.slow
-
 JOB = "ollama-tap"
 # Queries on these metrics may legitimately come back empty in a short test; the metric must
 # still be in the proxy's /metrics and the query valid PromQL.

@@ -1,9 +1,9 @@
-"""Makes Python find proxy's modules as .py sources, never the extension modules compiled
-from them (setup.py) that sit beside them.
+"""Makes Python find ollama_tap's modules as .py sources, never the extension modules
+compiled from them (setup.py) that may sit beside them.
 
-The interpreted test pass (OLLAMA_TAP_INTERPRETED=1) installs it in the test process and
-puts this folder on PYTHONPATH, where Python imports `sitecustomize` at start-up: the
-proxies the tests start as subprocesses run the sources too.
+The test suite installs it in its own process (tests/conftest.py; not in the compiled pass,
+OLLAMA_TAP_COMPILED=1) and puts this folder on PYTHONPATH, where Python imports
+`sitecustomize` at start-up: the proxies the tests start as subprocesses run the sources too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class SourcesFirst(importlib.abc.MetaPathFinder):
-    """Finds `proxy` and its submodules as .py files under ROOT."""
+    """Finds `ollama_tap` and its submodules as .py files under ROOT."""
 
     def find_spec(
         self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -41,4 +41,4 @@ def install() -> None:
         sys.meta_path.insert(0, SourcesFirst())
 
 
-install()  # on PYTHONPATH only in the interpreted pass
+install()  # on PYTHONPATH in every pass but the compiled one

@@ -6,10 +6,12 @@ from __future__ import annotations
 import aiohttp
 import ollama
 import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from ollama_tap.ollama.routes import ENDPOINTS
 from ollama_tap.otel.semconv import operation_of
-from ollama_tap.relay.trace_context import parse_traceparent, spanned
+from ollama_tap.tracecontext import TraceIds, propagated, spanned
 from tests.conftest import MakeProxy, Proxy
 from tests.otel.receiver import Receiver, spans_of
 from tests.support.fake_ollama import FakeOllama
@@ -90,22 +92,46 @@ async def test_the_setting_without_export_changes_nothing(
     assert relayed == direct
 
 
+class Head:
+    """A request head as the transport holds it, for ollama_tap.tracecontext."""
+
+    def __init__(self, headers: list[tuple[str, str]]) -> None:
+        self.headers = CIMultiDictProxy(CIMultiDict(headers))
+        self.rel_url = URL("/api/chat")
+        self.trace_ids: TraceIds | None = None
+
+
 @pytest.mark.parametrize(
-    ("value", "expected"),
+    ("value", "kept"),
     [
-        (f"00-{APP_TRACE}-{APP_SPAN}-01", (int(APP_TRACE, 16), "01")),
-        (f"01-{APP_TRACE}-{APP_SPAN}-00-later", (int(APP_TRACE, 16), "00")),
+        (f"00-{APP_TRACE}-{APP_SPAN}-01", (APP_TRACE, "01")),
+        (f"00-{APP_TRACE}-{APP_SPAN}-00", (APP_TRACE, "00")),  # unsampled stays unsampled
         (f"00-{APP_TRACE}-{APP_SPAN}-01-extra", None),  # version 00 has four fields
         (f"ff-{APP_TRACE}-{APP_SPAN}-01", None),
         (f"00-{'0' * 32}-{APP_SPAN}-01", None),
         (f"00-{APP_TRACE}-{'0' * 16}-01", None),
         (f"00-{APP_TRACE[:-1]}-{APP_SPAN}-01", None),
-        (f"00-{APP_TRACE.upper()}-{APP_SPAN}-01", None),  # lower-case hex only
         ("garbage", None),
     ],
 )
-def test_traceparent_parsing(value: str, expected: tuple[int, str] | None) -> None:
-    assert parse_traceparent(value) == expected
+def test_the_apps_traceparent_is_continued_when_valid(
+    value: str, kept: tuple[str, str] | None
+) -> None:
+    """Read by the SDK's propagators (once: a retry gets the same ids); an invalid one starts
+    the proxy's own sampled trace, without the app's tracestate."""
+    head = Head(
+        [("Content-Type", "application/json"), ("traceparent", value), ("tracestate", "app=1")]
+    )
+    sent = propagated(head)
+    assert [k for k, _ in sent] == ["Content-Type", "traceparent", "tracestate"][: len(sent)]
+    version, trace, span, flags = dict(sent)["traceparent"].split("-")
+    ids = head.trace_ids
+    assert ids is not None and propagated(head) == sent
+    assert (version, trace, span) == ("00", f"{ids.trace_id:032x}", f"{ids.client_span_id:016x}")
+    if kept is not None:
+        assert (trace, flags) == kept and dict(sent)["tracestate"] == "app=1"
+    else:
+        assert trace != APP_TRACE and flags == "01" and "tracestate" not in dict(sent)
 
 
 async def test_a_route_without_a_span_goes_up_unchanged(
@@ -121,3 +147,19 @@ async def test_a_route_without_a_span_goes_up_unchanged(
 def test_the_routes_told_are_those_that_get_spans() -> None:
     assert {e for e in ENDPOINTS if spanned(e)} == {e for e in ENDPOINTS if operation_of(e)}
     assert spanned("/api/chat") and not spanned("/api/tags")
+
+
+def test_a_propagator_that_fails_leaves_the_request_untraced_by_the_app(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A custom propagator (OTEL_PROPAGATORS) that raises on what a client sent: the request
+    goes up with the proxy's own trace, not an error."""
+    from opentelemetry import propagate
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise ValueError("unreadable")
+
+    monkeypatch.setattr(propagate, "extract", fails)
+    head = Head([("traceparent", APP["traceparent"])])
+    sent = dict(propagated(head))
+    assert sent["traceparent"].split("-")[1] != APP_TRACE

@@ -123,7 +123,6 @@ async def test_proxy_shut_down_mid_stream(fake_ollama: FakeOllama, tmp_path: Pat
     assert 1 <= stored[0]["chunks"] < 500
 
 
-@pytest.mark.slow
 async def test_sigkill_under_load_leaves_a_sound_database(
     fake_ollama: FakeOllama, tmp_path: Path
 ) -> None:

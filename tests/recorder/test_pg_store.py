@@ -207,7 +207,6 @@ async def test_a_row_the_server_refuses_costs_only_itself(tmp_path: Path, pg_url
     assert sample(registry, ERRORS) == 1
 
 
-@pytest.mark.slow
 async def test_a_server_away_costs_records_only_past_the_bound(
     tmp_path: Path, own_server: PgServer
 ) -> None:

@@ -87,7 +87,6 @@ async def test_two_taps_starting_at_once_migrate_once(fake_ollama: FakeOllama, p
             await proc.wait()
 
 
-@pytest.mark.slow
 async def test_a_server_stopped_mid_traffic_costs_the_streams_nothing(
     proxy_factory: MakeProxy,
     fake_ollama: FakeOllama,
@@ -128,7 +127,6 @@ def _auth() -> dict[str, str]:
     return AUTH
 
 
-@pytest.mark.slow
 async def test_sigkill_under_load_leaves_a_sound_database(
     fake_ollama: FakeOllama, pg_url: str
 ) -> None:
