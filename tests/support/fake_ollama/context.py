@@ -43,7 +43,8 @@ def prompt_tokens(body: dict[str, Any], *, chat: bool) -> int:
     or the system and prompt (generate); an Anthropic top-level `system` counts too."""
     if not chat:
         return count(_text(body.get("system"))) + count(_text(body.get("prompt")))
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    given = body.get("messages")
+    messages: list[Any] = given if isinstance(given, list) else []
     system = count(_text(body.get("system"))) + MESSAGE_OVERHEAD if body.get("system") else 0
     return system + sum(
         count(_text(m.get("content"))) + MESSAGE_OVERHEAD for m in messages if isinstance(m, dict)
@@ -134,7 +135,8 @@ def plan(model: FakeModel, body: dict[str, Any], num_ctx: int | None, *, chat: b
         return Plan(c, n, n, shift, (400, context_size_error(n, c)))
     if not shift:
         return Plan(c, n, n, shift, (400, NO_SHIFT_ERROR))
-    options = body.get("options") if isinstance(body.get("options"), dict) else {}
+    given = body.get("options")
+    options: dict[str, Any] = given if isinstance(given, dict) else {}
     keep = options.get("num_keep", DEFAULT_NUM_KEEP)
     kept = c - 1 if isinstance(keep, int) and keep < 0 else shift_limit(c, int(keep))
     return Plan(c, n, kept, shift)
