@@ -182,3 +182,31 @@ def test_the_inspector_is_one_click_away() -> None:
     assert link["url"] == "${inspector}#/?model=${__field.labels.model}"
     index = (REPO / "ollama_tap/inspector/static/index.html").read_text()
     assert '<input name="model"' in index
+
+
+def operations_table(first: str) -> list[list[str]]:
+    """The rows of docs/operations.md's table whose header starts with `first`, as cells."""
+    lines = (REPO / "docs" / "operations.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_docs_describe_every_panel_under_its_row() -> None:
+    described: dict[str, str] = {}
+    row = ""
+    for cells in operations_table("row"):
+        row = cells[0] or row
+        described[row] = described.get(row, "") + "; " + cells[1]
+    board_row = ""
+    missing = []
+    for panel in dashboard()["panels"]:
+        if panel["type"] == "row":
+            board_row = panel["title"]
+        elif panel["title"] not in described.get(board_row, ""):
+            missing.append(f"{board_row}: {panel['title']}")
+    assert missing == [], "docs/operations.md's dashboard table lacks these panels"
