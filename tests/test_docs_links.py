@@ -39,8 +39,7 @@ def test_links_and_mentions_resolve(doc: Path) -> None:
             continue  # a URL
         path, _, anchor = target.partition("#")
         file = (doc.parent / path).resolve() if path else doc
-        missing_anchor = anchor and file.suffix == ".md" and anchor not in anchors(file)
-        if not file.exists() or missing_anchor:
+        if not file.exists() or (anchor and file.suffix == ".md" and anchor not in anchors(file)):
             broken.append(target)
     for name in MENTION.findall(FENCE.sub("", text)):
         candidates = [doc.parent / name, REPO / name, REPO / "docs" / name]
