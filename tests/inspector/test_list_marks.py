@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import Proxy
 from tests.inspector.browser import Page
 from tests.support.fake_ollama import FakeOllama
+from tests.support.fake_ollama.models import new_model
 from tests.support.inspector import ROWS, summaries
 from tests.support.serve_process import ADMIN_TOKEN
 
@@ -21,6 +22,9 @@ ROW_FACTS = f"""[...document.querySelectorAll('{ROWS}')].map(r => ({{
   client: r.querySelector('td.client').textContent,
   tint: getComputedStyle(r).backgroundColor,
 }}))"""
+LONG_NAME = "nightly-summaries-of-every-support-ticket-for-the-docs-team"
+LONG_MODEL = "hf.co/bartowski/Meta-Llama-3.1-8B-Instruct-abliterated-GGUF:Q4_K_M"
+"""Names longer than their columns: cut with an ellipsis, whole in the tooltip."""
 FITS = """(() => {
   const table = document.querySelector('#records');
   const last = table.querySelector('thead th:last-child');
@@ -35,7 +39,7 @@ FITS = """(() => {
 
 async def mixed_traffic(proxy: Proxy, fake: FakeOllama) -> None:
     """Six decodes of one model by a named app, the last five times slower; a cold load; a
-    truncated prompt; a failure."""
+    truncated prompt; a failure, from an app with a long name."""
     named = ollama.AsyncClient(host=proxy.url, headers={"X-Ollama-Tap-Client": "code-helper"})
     plain = ollama.AsyncClient(host=proxy.url)
     for delay in (0.05,) * 5 + (0.25,):
@@ -48,9 +52,11 @@ async def mixed_traffic(proxy: Proxy, fake: FakeOllama) -> None:
     fake.context_rules = True
     await plain.generate("llama3.2", " ".join(["w"] * 5100), options={"num_ctx": 4096})
     fake.context_rules = False
+    fake.models[LONG_MODEL] = new_model(LONG_MODEL)
     fake.script.status_error = (500, "model runner crashed")
+    batch = ollama.AsyncClient(host=proxy.url, headers={"X-Ollama-Tap-Client": LONG_NAME})
     with pytest.raises(ollama.ResponseError):
-        await plain.chat("llama3.2", messages=[{"role": "user", "content": "y"}])
+        await batch.chat(LONG_MODEL, messages=[{"role": "user", "content": "y"}])
     fake.script.status_error = None
 
 
@@ -77,6 +83,7 @@ async def test_marks_client_and_tint(proxy: Proxy, fake_ollama: FakeOllama, page
     assert len(marked["none"]) == 5
     assert [r["client"] for r in rows[3:]] == ["code-helper"] * 6
     assert rows[2]["client"] == "ollama-python"  # named by its User-Agent
+    assert rows[0]["client"] == LONG_NAME
     plain = marked["none"][0]["tint"]
     assert marked["slow"][0]["tint"] == marked["cold"][0]["tint"] != plain
     assert marked["error"][0]["tint"] not in (plain, marked["slow"][0]["tint"])
