@@ -18,7 +18,8 @@ from tests.conftest import MakeProxy
 from tests.inspector.browser import Page
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.fake_ollama.scheduler import Scheduler
-from tests.support.inspector import by_endpoint, open_list, open_record, recorded, traffic
+from tests.support.inspector import AUTH, by_endpoint, open_list, open_record, recorded, traffic
+from tests.support.serve_process import ADMIN_TOKEN
 
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 WIDTH, HEIGHT = 1280, 720
@@ -51,6 +52,16 @@ async def swaps(fake: FakeOllama, url: str) -> None:
         await client.chat(model, messages=[{"role": "user", "content": "Why is the sky blue?"}])
 
 
+async def loads_seen(url: str, want: int) -> None:
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        for _ in range(200):
+            async with session.get(f"{url}/_tap/api/loads") as resp:
+                if len((await resp.json())["loads"]) >= want:
+                    return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {want} loads seen")
+
+
 async def generate(session: aiohttp.ClientSession, url: str, app: str, model: str) -> None:
     body = {"model": model, "prompt": "Tell me a story"}
     async with session.post(
@@ -71,21 +82,25 @@ async def test_screenshots(
     )  # fmt: skip
     taken = []
 
+    # A box that holds one model, two apps taking turns: each turn a load, the second and
+    # third evicting the other model.
+    fake_ollama.scheduler = Scheduler(fake_ollama, max_loaded=1, load_seconds=0.3)
+    await swaps(fake_ollama, proxy.url)
+    await loads_seen(proxy.url, 3)  # the view reads them once, when it opens
+    await page.navigate(f"{proxy.url}/_tap/?token={ADMIN_TOKEN}#/loads")
+    await page.wait_for("Number(document.querySelector('#loads-view')?.dataset.loaded) >= 3")
+    taken.append(await shot(page, target / "inspector-loads.png"))
+    fake_ollama.scheduler = None
+
     await traffic(proxy, fake_ollama)
-    records = await recorded(proxy, 7)
-    await open_list(page, proxy, 7)
+    records = await recorded(proxy, 10)
+    await page.evaluate("location.hash = '#/'")
+    await open_list(page, proxy, 10)
     taken.append(await shot(page, target / "inspector-list.png"))
     await open_record(page, by_endpoint(records, "/api/generate"))
     await page.wait_for("document.querySelector('svg.waterfall')")
     taken.append(await shot(page, target / "inspector-record.png"))
 
-    fake_ollama.scheduler = Scheduler(fake_ollama, max_loaded=1, load_seconds=0.3)
-    await swaps(fake_ollama, proxy.url)
-    await page.evaluate("location.hash = '#/loads'")
-    await page.wait_for("Number(document.querySelector('#loads-view')?.dataset.loaded) >= 3")
-    taken.append(await shot(page, target / "inspector-loads.png"))
-
-    fake_ollama.scheduler = None
     fake_ollama.slots.limit = 1
     fake_ollama.script = Script(tokens=[f"t{i} " for i in range(60)], token_delay=0.1)
     await page.evaluate("location.hash = '#/now'")
