@@ -25,6 +25,20 @@ NEWER_OLLAMA = (
     " older ones leave it empty."
 )
 
+DECODE_BASELINE: Final = "ollama_tap:decode_tokens_per_second:ratio1d_offset1d"
+"""The recording rule DecodeSlowdown compares the last 10 minutes with."""
+BASELINE_LEGEND: Final = "day before, alert baseline"
+"""Also a regular expression matching itself (the dashed-line override): no special characters."""
+INSPECTOR: Final = "${inspector}"
+INSPECTOR_DEFAULT: Final = "http://127.0.0.1:11435/_tap/"
+"""The inspector's URL as the browser reaches it, a dashboard variable: Prometheus's
+`instance` is the address it scrapes, often a name only the stack resolves."""
+INSPECTOR_BY_MODEL: Final = {
+    "title": "${__field.labels.model} in the inspector",
+    "url": INSPECTOR + "#/?model=${__field.labels.model}",
+    "targetBlank": True,
+}
+
 # -- PromQL ---------------------------------------------------------------------------------
 
 
@@ -342,7 +356,10 @@ def throughput() -> list[Panel]:
         Panel(
             "Decode rate by context size",
             "The decode rate per model and context-size bucket (ctx): longer contexts decode "
-            "slower, so the slowdown alert compares each bucket with its own baseline.",
+            "slower, so the slowdown alert compares each bucket with its own baseline. Dashed: "
+            "that baseline, the bucket's rate over the day before the last 24 hours; "
+            "DecodeSlowdown fires when the last 10 minutes stay under 70 % of it. Click a "
+            "series for its model's records in the inspector.",
             TOK_S,
             [
                 Target(
@@ -353,7 +370,17 @@ def throughput() -> list[Panel]:
                         pair,
                     ),
                     "{{model}} {{ctx}}",
-                )
+                ),
+                Target(f"{DECODE_BASELINE}{pair}", "{{model}} {{ctx}} " + BASELINE_LEGEND),
+            ],
+            defaults={"links": [INSPECTOR_BY_MODEL]},
+            overrides=[
+                {
+                    "matcher": {"id": "byRegexp", "options": f".* {BASELINE_LEGEND}"},
+                    "properties": [
+                        {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}
+                    ],
+                }
             ],
         ),
         Panel(
@@ -890,6 +917,15 @@ def templating() -> dict[str, Any]:
             variable(
                 "endpoint", "Endpoint", f"label_values(ollama_tap_requests_total{scoped}, endpoint)"
             ),
+            {
+                "name": "inspector",
+                "label": "Inspector URL",
+                "description": "Where a browser reaches ollama-tap's /_tap/ (serve prints it)",
+                "type": "textbox",
+                "query": INSPECTOR_DEFAULT,
+                "current": {"text": INSPECTOR_DEFAULT, "value": INSPECTOR_DEFAULT},
+                "hide": 0,
+            },
         ]
     }
 
@@ -914,7 +950,16 @@ def build() -> dict[str, Any]:
         "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"},
         "annotations": {"list": []},
-        "links": [],
+        "links": [
+            {
+                "title": "Inspector",
+                "type": "link",
+                "url": INSPECTOR,
+                "tooltip": "ollama-tap's record inspector (the Inspector URL variable)",
+                "targetBlank": True,
+                "icon": "external link",
+            }
+        ],
         "templating": templating(),
         "panels": layout(),
     }

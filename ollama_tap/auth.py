@@ -132,23 +132,38 @@ def bearer(request: web.Request) -> str | None:
 SIGN_IN_PAGE: Final = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>ollama-tap: admin token needed</title></head>
 <body><h1>ollama-tap needs its admin token</h1>
+<p>{why}</p>
 <p>Open the inspector link that <code>ollama-tap serve</code> printed
-(<code>/_tap/?token=&hellip;</code>) once; this browser then stays signed in.</p>
+(<code>/_tap/?token=&hellip;</code>) once; this browser then stays signed in for 12 hours.</p>
 <p>Lost it? It is kept in the file <code>admin-token</code> beside the database
 (<code>ollama-tap serve --help</code> shows where), unless <code>--admin-token</code> or
 <code>OLLAMA_TAP_ADMIN_TOKEN</code> set it.</p></body></html>
 """
+WHY: Final = {
+    "missing": "This browser is not signed in.",
+    "wrong": "The token in that link is not this tap's admin token (a tap started with a new "
+    "token, or another tap's link?).",
+    "stale": "This browser's session has ended: sessions last 12 hours and end when the tap "
+    "restarts.",
+}
+"""Why a browser is refused, in the page's first line: no credential, a wrong token, or a
+session cookie the tap no longer knows."""
 
 
-def _unauthorized(request: web.Request) -> web.Response:
-    # A browser opening a page gets a page; fetch() and API clients get the JSON error.
-    if "text/html" in request.headers.get("Accept", ""):
-        return web.Response(
-            text=SIGN_IN_PAGE,
-            content_type="text/html",
-            status=401,
-            headers={"WWW-Authenticate": 'Bearer realm="ollama-tap"'},
-        )
+def _page_wanted(request: web.Request) -> bool:
+    # A browser opening a page asks for HTML; fetch() and API clients get the JSON error.
+    return "text/html" in request.headers.get("Accept", "")
+
+
+def _sign_in_page(why: str, status: int, headers: dict[str, str]) -> web.Response:
+    text = SIGN_IN_PAGE.format(why=why)
+    return web.Response(text=text, content_type="text/html", status=status, headers=headers)
+
+
+def _unauthorized(request: web.Request, reason: str) -> web.Response:
+    headers = {"WWW-Authenticate": 'Bearer realm="ollama-tap"'}
+    if _page_wanted(request):
+        return _sign_in_page(WHY[reason], 401, headers)
     return web.json_response(
         {
             "error": "ollama-tap: /_tap/ needs the admin token; send 'Authorization: Bearer "
@@ -156,11 +171,14 @@ def _unauthorized(request: web.Request) -> web.Response:
             "prints it; it is kept in the file admin-token beside the database)."
         },
         status=401,
-        headers={"WWW-Authenticate": 'Bearer realm="ollama-tap"'},
+        headers=headers,
     )
 
 
-def _too_many(wait: int) -> web.Response:
+def _too_many(request: web.Request, wait: int) -> web.Response:
+    if _page_wanted(request):
+        why = f"Too many wrong tokens came from this address: try again in {wait} s."
+        return _sign_in_page(why, 429, {"Retry-After": str(wait)})
     return web.json_response(
         {
             "error": f"ollama-tap: too many wrong admin tokens; try again in {wait} s with the "
@@ -220,8 +238,10 @@ class Guard:
         if given is not None or presented is not None:
             wait = self.watch.failed(request.remote or "")
             if wait is not None:
-                return _too_many(wait)
-        return _unauthorized(request)
+                return _too_many(request, wait)
+        cookie = request.cookies.get(COOKIE)
+        reason = "wrong" if given is not None else "stale" if cookie else "missing"
+        return _unauthorized(request, reason)
 
 
 class GuessWatch:

@@ -6,35 +6,32 @@ paid about ten times per exchange and once per relayed token (docs/performance-l
 figures). Here an observation is one C-level bisect and two list updates, with no lock:
 every update happens on the event loop, and so does `collect()` (the metrics handler runs
 there). The families are exposed through the library's
-custom-collector API, so exposition (including the `_created` series), content negotiation
-and `get_sample_value` are the library's own; a test holds the exposition equal to the
-library's Histogram.
+custom-collector API, so exposition, content negotiation and `get_sample_value` are the
+library's own; a test holds the exposition equal to the library's Histogram. Like the
+library's families here (ollama_tap/metrics/__init__.py), they carry no `_created` series.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 
 class Series:
-    """One label set's buckets (non-cumulative; the last one is +Inf), sum and creation time."""
+    """One label set's buckets (non-cumulative; the last one is +Inf) and sum."""
 
-    __slots__ = ("bounds", "counts", "created", "total")
+    __slots__ = ("bounds", "counts", "total")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)
         self.total = 0.0
-        self.created = time.time()
 
     def observe(self, value: float) -> None:
         # bisect_left finds the first bound >= value: Prometheus buckets are "le".
@@ -93,6 +90,4 @@ class LoopHistogram(Collector):
                 running += count
                 cumulative.append((le, running))
             family.add_metric(list(values), cumulative, series.total)
-            labels = dict(zip(self.labelnames, values, strict=True))
-            family.samples.append(Sample(f"{self.name}_created", labels, series.created))
         yield family

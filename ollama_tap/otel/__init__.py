@@ -68,10 +68,11 @@ def start(
         from ollama_tap.otel.observer import OtelObserver
     except ImportError as exc:
         from ollama_tap.config import ConfigError
+        from ollama_tap.extras import install_command
 
         raise ConfigError(
-            f"OpenTelemetry export needs its extra ({exc.name} is missing): "
-            "pip install 'ollama-tap[otel]', or unset --otlp-endpoint and OTEL_EXPORTER_OTLP_*."
+            f"OpenTelemetry export needs the otel extra ({exc.name} is missing): "
+            f"{install_command('otel')}, or unset --otlp-endpoint and OTEL_EXPORTER_OTLP_*."
         ) from None
     tracing = Tracing(config, dropped)
     metrics = GenAiMetrics(config, resource()) if config.metrics else None

@@ -6,6 +6,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ollama_tap.config import ConfigError
+from ollama_tap.extras import install_command
 from ollama_tap.metrics.registered import RecorderMetrics
 from ollama_tap.recorder.backend import DB_TIMEOUT, Sink, Source
 from ollama_tap.recorder.sqlite_sink import SqliteSink
@@ -20,7 +21,7 @@ def _postgres() -> tuple[ModuleType, ModuleType]:
         from ollama_tap.recorder import pg_sink, pg_source
     except ImportError as exc:
         raise ConfigError(
-            f"a postgresql:// --db needs psycopg ({exc}); install ollama-tap[postgres]."
+            f"a postgresql:// --db needs the postgres extra ({exc}): {install_command('postgres')}"
         ) from None
     return pg_sink, pg_source
 

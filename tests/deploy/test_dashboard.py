@@ -49,7 +49,7 @@ def test_schema_and_variables() -> None:
     board = dashboard()
     assert board["schemaVersion"] >= 36  # Grafana 10 and later
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert set(variables) == {"datasource", "job", "instance", "model", "endpoint"}
+    assert set(variables) == {"datasource", "job", "instance", "model", "endpoint", "inspector"}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
     for name in ("instance", "model", "endpoint"):
@@ -155,3 +155,58 @@ def test_stat_panels_show_the_state_now() -> None:
     assert stats
     for panel in stats:
         assert all(t["instant"] and not t["range"] for t in panel["targets"]), panel["title"]
+
+
+def test_decode_panel_draws_the_baseline_decode_slowdown_compares_with() -> None:
+    rules = yaml.safe_load((REPO / "deploy/prometheus/rules/ollama-tap.rules.yml").read_text())
+    [alert] = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "DecodeSlowdown"]
+    baseline = re.search(r"<\s*0\.7\s*\*\s*([\w:]+)", alert["expr"])
+    assert baseline is not None, alert["expr"]
+    [panel] = [p for p in panels() if p["title"] == "Decode rate by context size"]
+    drawn = [t for t in panel["targets"] if baseline.group(1) in t["expr"]]
+    assert len(drawn) == 1 and "baseline" in drawn[0]["legendFormat"]
+    [dashed] = panel["fieldConfig"]["overrides"]
+    assert re.fullmatch(dashed["matcher"]["options"], "llama3.2 le4k day before, alert baseline")
+    assert "70 %" in panel["description"]
+
+
+def test_the_inspector_is_one_click_away() -> None:
+    board = dashboard()
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["inspector"]["type"] == "textbox"
+    assert variables["inspector"]["query"].endswith("/_tap/")
+    assert [link["url"] for link in board["links"]] == ["${inspector}"]
+    [panel] = [p for p in panels() if p["title"] == "Decode rate by context size"]
+    [link] = panel["fieldConfig"]["defaults"]["links"]
+    # The list reads its filters from the hash (ollama_tap/inspector/static/list.js).
+    assert link["url"] == "${inspector}#/?model=${__field.labels.model}"
+    index = (REPO / "ollama_tap/inspector/static/index.html").read_text()
+    assert '<input name="model"' in index
+
+
+def operations_table(first: str) -> list[list[str]]:
+    """The rows of docs/operations.md's table whose header starts with `first`, as cells."""
+    lines = (REPO / "docs" / "operations.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_docs_describe_every_panel_under_its_row() -> None:
+    described: dict[str, str] = {}
+    row = ""
+    for cells in operations_table("row"):
+        row = cells[0] or row
+        described[row] = described.get(row, "") + "; " + cells[1]
+    board_row = ""
+    missing = []
+    for panel in dashboard()["panels"]:
+        if panel["type"] == "row":
+            board_row = panel["title"]
+        elif panel["title"] not in described.get(board_row, ""):
+            missing.append(f"{board_row}: {panel['title']}")
+    assert missing == [], "docs/operations.md's dashboard table lacks these panels"

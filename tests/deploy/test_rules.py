@@ -9,6 +9,7 @@ import pytest
 from tests.deploy.stack import (
     PROCESS_SERIES,
     PROMETHEUS_DIR,
+    REPO,
     RULE_TESTS,
     RULES,
     SCRAPE_SERIES,
@@ -95,3 +96,10 @@ def test_rules_select_the_job_and_name_contract_metrics() -> None:
             assert not missing, f"{rule}: not in the README's metric reference: {missing}"
             raw = names - recording_rules()
             assert rule["expr"].count('job=~"ollama-tap"') >= len(raw), rule["expr"]
+
+
+def test_docs_list_every_alert() -> None:
+    lines = (REPO / "docs" / "operations.md").read_text().splitlines()
+    listed = {line.split("|")[1].strip() for line in lines if line.startswith("| ")}
+    named = {rule["alert"] for rule in alert_rules()}
+    assert named - listed == set(), "docs/operations.md's alert table lacks these"

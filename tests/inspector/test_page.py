@@ -61,7 +61,7 @@ async def test_inspector_in_chromium(
     rows = await page.evaluate(
         f"[...document.querySelectorAll('{ROWS}')].map(r => [...r.cells].map(c => c.textContent))"
     )
-    assert [row[1:5] for row in rows] == [
+    assert [row[2:6] for row in rows] == [
         ["llama3.2:latest", "/api/chat", "200", "ok"],
         ["llama3.2:latest", "/api/generate", "200", "ok"],
     ]

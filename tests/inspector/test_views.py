@@ -1,82 +1,28 @@
-"""The inspector's list and record views in headless Chromium: what a person sees first.
-
-`test_screenshots` also writes docs/images/inspector-*.png when WRITE_SCREENSHOTS=1
-(the README shows them): `WRITE_SCREENSHOTS=1 pytest tests/inspector/test_views.py`.
-"""
+"""The inspector's list and record views in headless Chromium: what a person sees first
+(test_screenshots.py takes the README's pictures of them)."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import os
-import struct
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import ollama
-import pytest
 
 from tests.conftest import Proxy
 from tests.inspector.browser import Page
 from tests.support.fake_ollama import FakeOllama
-from tests.support.inspector import ROWS, recorded, summaries, text_of
-from tests.support.serve_process import ADMIN_TOKEN
+from tests.support.inspector import (
+    ROWS,
+    by_endpoint,
+    open_list,
+    open_record,
+    recorded,
+    summaries,
+    text_of,
+    traffic,
+)  # fmt: skip
 
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 CELLS = f"[...document.querySelectorAll('{ROWS}')].map(r => [...r.cells].map(c => c.textContent))"
-
-
-async def traffic(proxy: Proxy, fake: FakeOllama) -> None:
-    """A cold, thinking generate; chats on two models; OpenAI chat; an embed; a failure."""
-    client = ollama.AsyncClient(host=proxy.url)
-    fake.script.thinking = ["Light", " scatters", " off", " air"]
-    fake.script.token_delay = 0.01
-    fake.script.load_delay = 1.05
-    async for _ in await client.generate("qwen3:8b", "Why is the sky blue?", stream=True):
-        pass
-    fake.script.thinking, fake.script.load_delay = [], 0.0
-    for model, delay in (("llama3.2", 0.0), ("qwen3:8b", 0.03), ("llama3.2", 0.01)):
-        fake.script.prefill_delay = delay
-        messages = [{"role": "user", "content": "Say hi"}]
-        async for _ in await client.chat(model, messages=messages, stream=True):
-            pass
-    fake.script.prefill_delay = 0.0
-    async with aiohttp.ClientSession() as s:
-        body = {"model": "llama3.2", "stream": True, "messages": [{"role": "user", "content": "x"}]}
-        async with s.post(f"{proxy.url}/v1/chat/completions", json=body) as resp:
-            assert resp.status == 200
-            await resp.read()
-        body = {"model": "all-minilm", "input": "the sky"}
-        async with s.post(f"{proxy.url}/api/embed", json=body) as resp:
-            assert resp.status == 200
-    fake.script.status_error = (500, "model runner crashed")
-    with pytest.raises(ollama.ResponseError):
-        await client.chat("llama3.2", messages=[{"role": "user", "content": "y"}])
-    fake.script.status_error = None
-
-
-async def open_list(page: Page, proxy: Proxy, rows: int, hash_: str = "") -> None:
-    await page.navigate(f"{proxy.url}/_tap/?token={ADMIN_TOKEN}{hash_}")
-    await page.wait_for(f"document.querySelectorAll('{ROWS}').length === {rows}")
-
-
-async def open_record(page: Page, record: dict[str, Any]) -> None:
-    await page.evaluate(f"location.hash = '#/records/{record['id']}'")
-    await page.wait_for(
-        f"document.querySelector('#record h2') && {text_of('#facts')}?.includes('{record['id']}')"
-    )
-
-
-async def window(page: Page, width: int, height: int) -> None:
-    await page.send(
-        "Emulation.setDeviceMetricsOverride",
-        width=width, height=height, deviceScaleFactor=1, mobile=False,
-    )  # fmt: skip
-
-
-def by_endpoint(records: list[dict[str, Any]], endpoint: str) -> dict[str, Any]:
-    return next(r for r in records if r["endpoint"] == endpoint)
 
 
 async def test_list_summary_sorting_and_state_in_the_url(
@@ -90,7 +36,7 @@ async def test_list_summary_sorting_and_state_in_the_url(
     assert "TTFT p50" in summary and "p95" in summary
     assert "llama3.2:latest" in summary and "qwen3:8b" in summary and "tok/s" in summary
     rows = await page.evaluate(CELLS)
-    assert [row[7].endswith("cold") for row in rows].count(True) == 1  # the load column
+    assert [row[6] == "cold" for row in rows].count(True) == 1  # the marks column
 
     await page.click("th[data-sort=ttft]")
     assert "sort=-ttft" in await page.evaluate("location.hash")
@@ -186,7 +132,7 @@ async def test_800_px_wide_and_dark(proxy: Proxy, fake_ollama: FakeOllama, page:
     wide = "document.documentElement.scrollWidth"
     assert await page.evaluate(wide) <= 800
     rows = await page.evaluate(CELLS)
-    assert all(row[5] and row[6] for row in rows)  # TTFT and duration still shown
+    assert all(row[7] and row[8] for row in rows)  # TTFT and duration still shown
     await open_record(page, by_endpoint(records, "/api/generate"))
     assert await page.evaluate(wide) <= 800
 
@@ -196,42 +142,4 @@ async def test_800_px_wide_and_dark(proxy: Proxy, fake_ollama: FakeOllama, page:
         "Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": "dark"}]
     )
     assert await page.evaluate(background) == "rgb(13, 17, 23)" != light
-    assert await page.problems() == []
-
-
-async def shot(page: Page, path: Path) -> bytes:
-    """The viewport as a PNG (the fold, not the whole page): it is what a person sees."""
-    data = base64.b64decode((await page.send("Page.captureScreenshot", format="png"))["data"])
-    await asyncio.to_thread(path.write_bytes, data)
-    return data
-
-
-def png_size(data: bytes) -> tuple[int, int]:
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    return width, height
-
-
-async def test_screenshots(
-    proxy: Proxy, fake_ollama: FakeOllama, page: Page, tmp_path: Path
-) -> None:
-    await traffic(proxy, fake_ollama)
-    records = await recorded(proxy, 7)
-    await page.send(
-        "Emulation.setDeviceMetricsOverride",
-        width=1000,
-        height=640,
-        deviceScaleFactor=1,
-        mobile=False,
-    )
-    await open_list(page, proxy, 7)
-    target = IMAGES if os.environ.get("WRITE_SCREENSHOTS") == "1" else tmp_path
-    target.mkdir(parents=True, exist_ok=True)
-    listed = await shot(page, target / "inspector-list.png")
-    await open_record(page, by_endpoint(records, "/api/generate"))
-    await page.wait_for("document.querySelector('svg.waterfall')")
-    detail = await shot(page, target / "inspector-record.png")
-    for data in (listed, detail):
-        assert png_size(data) == (1000, 640)
-        assert len(data) < 200_000
     assert await page.problems() == []

@@ -1,5 +1,10 @@
 // The record list: filters and sorting kept in the URL, a summary strip, live refresh.
 //
+// Each row carries the marks of `ollama-tap records list` — truncated, cold, slow, error — as
+// chips, and a slow or cold row is tinted so it stands out of a screenful. Slow is the
+// DecodeSlowdown alert's test applied to the rows on screen: a decode rate under SLOW_SHARE
+// of its model's median over the loaded rows, once that model has MIN_RATED rated rows.
+//
 // The state is the hash's query (`#/?model=llama3.2&outcome=ok&sort=-ttft&live=1`): a
 // reload, a bookmark or the back link from a record brings the same list back. Every named
 // field of the #filters form is a filter sent to the API as it is, so a new filter is
@@ -8,7 +13,7 @@
 import { api, clearProblem, setStatus, showProblem } from "./api.js";
 import { $, h } from "./dom.js";
 import {
-  OUTCOMES, count, decodeRate, isCold, localTime, rate, seconds, shortTime,
+  OUTCOMES, count, decodeRate, isCold, localTime, quantile, rate, seconds, shortTime,
 } from "./format.js";
 import { summaryStrip } from "./summary.js";
 import { replaceQuery } from "./views.js";
@@ -16,10 +21,13 @@ import { replaceQuery } from "./views.js";
 const PAGE_SIZE = 50;
 const MAX_LIMIT = 1000; // ollama_tap/recorder/api.py MAX_LIMIT
 const LIVE_MS = 5000;
+const SLOW_SHARE = 0.7; // deploy/prometheus/rules/ollama-tap.rules.yml, DecodeSlowdown
+const MIN_RATED = 5;
 
 // What each sortable column (th[data-sort] in index.html) sorts by.
 const SORT_KEYS = {
   started: (r) => r.started,
+  client: (r) => clientOf(r),
   model: (r) => r.model ?? "",
   endpoint: (r) => r.endpoint ?? "",
   status: (r) => r.status ?? -1,
@@ -80,25 +88,64 @@ function outcomeBadge(outcome) {
   return h("span", { class: `outcome ${outcome === "ok" ? "good" : "bad"}` }, outcome);
 }
 
-function loadCell(r) {
-  if (r.load === null || r.load === undefined) return "–";
-  return isCold(r) ? [seconds(r.load), " ", h("span", { class: "cold" }, "cold")] : seconds(r.load);
+// The name the app gave (header or rule), else its address.
+function clientOf(r) {
+  return r.client_name ?? r.client ?? "";
 }
 
-function recordRow(r) {
+// Per model, the median decode rate of the loaded rows, where MIN_RATED rows have one.
+function medianRates(records) {
+  const rates = new Map();
+  for (const r of records) {
+    const value = decodeRate(r);
+    if (value !== null) rates.set(r.model, [...(rates.get(r.model) ?? []), value]);
+  }
+  const medians = new Map();
+  for (const [model, values] of rates) {
+    if (values.length >= MIN_RATED) medians.set(model, quantile(values, 0.5));
+  }
+  return medians;
+}
+
+function isSlow(r, medians) {
+  const value = decodeRate(r);
+  const median = medians.get(r.model);
+  return value !== null && median !== undefined && value < SLOW_SHARE * median;
+}
+
+// The marks, each with the reason as its tooltip.
+function marks(r, medians) {
+  const found = [];
+  if (r.truncation) found.push(["truncated", `${r.truncation.kind} (${r.truncation.rule})`]);
+  if (isCold(r)) found.push(["cold", `the model was loaded first: ${seconds(r.load)}`]);
+  if (isSlow(r, medians)) {
+    const median = rate(medians.get(r.model));
+    found.push(["slow", `decode ${rate(decodeRate(r))}, under 70% of ${r.model}'s median ${median}`]);
+  }
+  if (r.outcome !== "ok") found.push(["error", r.error_message ?? r.outcome]);
+  return found;
+}
+
+function recordRow(r, medians) {
   const href = `#/records/${encodeURIComponent(r.id)}`;
-  const cell = (value, cls) => h("td", { class: cls }, ...[value].flat());
+  const cell = (value, cls, title) => h("td", { class: cls, title }, ...[value].flat());
+  const found = marks(r, medians);
+  const names = found.map(([name]) => name);
+  const tint = r.outcome !== "ok" ? "failed" : names.includes("slow") || names.includes("cold") ? "stands-out" : null;
+  const client = clientOf(r);
   const row = h(
     "tr",
-    { "data-id": r.id, class: r.outcome === "ok" ? null : "failed" },
+    { "data-id": r.id, "data-marks": names.join(" ") || null, class: tint },
     cell(h("a", { href, title: localTime(r.started) }, shortTime(r.started))),
-    cell(r.model ?? "–", "model"),
-    cell(r.endpoint, "opt-endpoint"),
+    cell(client || "–", "client", client),
+    cell(r.model ?? "–", "model", r.model),
+    cell(r.endpoint, "opt-endpoint endpoint", r.endpoint),
     cell(count(r.status), "num opt-status"),
     cell(outcomeBadge(r.outcome)),
+    cell(found.map(([name, why]) => h("span", { class: `mark-chip ${name}`, title: why }, name)), "marks"),
     cell(seconds(r.ttft), "num"),
     cell(seconds(r.duration), "num"),
-    cell(loadCell(r), "num"),
+    cell(r.load === null || r.load === undefined ? "–" : seconds(r.load), "num"),
     cell(`${count(r.prompt_tokens)} / ${count(r.eval_tokens)}`, "num opt-tokens"),
     cell(rate(decodeRate(r)), "num"),
   );
@@ -119,7 +166,8 @@ function sorted(records) {
 }
 
 function render() {
-  $("#records tbody").replaceChildren(...sorted(list.records).map(recordRow));
+  const medians = medianRates(list.records);
+  $("#records tbody").replaceChildren(...sorted(list.records).map((r) => recordRow(r, medians)));
   for (const th of document.querySelectorAll("#records th[data-sort]")) {
     const name = th.dataset.sort;
     const state = list.sort === name ? "ascending" : list.sort === `-${name}` ? "descending" : null;

@@ -58,7 +58,8 @@ def prompt_tokens(body: dict[str, Any], *, chat: bool) -> int:
     or the system and prompt (generate); an Anthropic top-level `system` counts too."""
     if not chat:
         return count(_text(body.get("system"))) + count(_text(body.get("prompt")))
-    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    given = body.get("messages")
+    messages: list[Any] = given if isinstance(given, list) else []
     system = count(_text(body.get("system"))) + MESSAGE_OVERHEAD if body.get("system") else 0
     return system + sum(
         count(_text(m.get("content"))) + MESSAGE_OVERHEAD for m in messages if isinstance(m, dict)
@@ -221,7 +222,8 @@ def plan(
     if not shift and version >= NO_SHIFT_REFUSAL:
         out.refusal = (400, NO_SHIFT_ERROR)
         return out
-    options = body.get("options") if isinstance(body.get("options"), dict) else {}
+    given = body.get("options")
+    options: dict[str, Any] = given if isinstance(given, dict) else {}
     keep = options.get("num_keep", modelfile_num_keep(model))
     if version < SHIFT_HEADROOM or (isinstance(keep, int) and keep < 0):
         out.kept = c - 1
@@ -309,7 +311,8 @@ def embed_counts(
     counts = [count(text) + 2 for text in inputs]  # + the model's [CLS] and [SEP]
     if body.get("truncate") is False and any(n > limit for n in counts):
         raise Refused(400, EMBED_ERROR)
-    options = body.get("options") if isinstance(body.get("options"), dict) else {}
+    given = body.get("options")
+    options: dict[str, Any] = given if isinstance(given, dict) else {}
     asked = options.get("num_batch")
     batch = asked if isinstance(asked, int) and asked > 0 else EMBED_BATCH
     batch = min(batch, num_ctx or model.context_length or default, limit)
