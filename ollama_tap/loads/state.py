@@ -38,6 +38,8 @@ class Pending:
     key: str
     model: str
     client: str
+    """The client's name (Exchange.client_name), "" when no observer named it."""
+    address: str
     endpoint: str
     started: float
     wall: float

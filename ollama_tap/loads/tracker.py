@@ -112,8 +112,8 @@ class LoadTracker:
         now = time.time()
         if runner.resident and runner.expired_idle(now):
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
-        p = Pending(ex.id, key, model, ex.client, ex.endpoint, ex.started, ex.started_wall,
-                    opts, runner.resident)  # fmt: skip
+        p = Pending(ex.id, key, model, ex.client_name, ex.client, ex.endpoint, ex.started,
+                    ex.started_wall, opts, runner.resident)  # fmt: skip
         # Not resident while requests for it are in flight: a load is under way.
         p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
@@ -159,7 +159,7 @@ class LoadTracker:
         )
         if unload and (p.resident or runner.resident):
             runner.resident = False
-            runner.departure = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
+            runner.departure = Departure(Cause.UNLOADED, by_request=p.id, client=p.client or None)
             runner.unloading_until = time.monotonic() + UNLOADING
             self.upstream.poke_ps()
 
@@ -306,13 +306,14 @@ class LoadTracker:
         self.m.loads[self._label(runner.name), str(cause)].inc()
         log.info(
             "model_load", model=runner.name, cause=str(cause), detail=event.detail,
-            request=event.request, client=event.client,
+            request=event.request, client=event.client, address=event.address,
         )  # fmt: skip
         return event
 
     @staticmethod
     def _trigger(event: LoadEvent, p: Pending) -> None:
-        event.request, event.client, event.endpoint = p.id, p.client, p.endpoint
+        event.request, event.endpoint = p.id, p.endpoint
+        event.client, event.address = p.client or None, p.address
         event.at, event.started = p.wall, p.started
 
     def _predicted(self, ex: Exchange, p: Pending) -> None:
@@ -320,7 +321,8 @@ class LoadTracker:
         for change in p.changes:
             self.m.predicted[label, change.field].inc()
         log.warning(
-            "reload_predicted", model=p.model, client=ex.client, request=ex.id,
+            "reload_predicted", model=p.model, client=ex.client_name or None, address=ex.client,
+            request=ex.id,
             changes=[c.text for c in p.changes],
         )  # fmt: skip
 

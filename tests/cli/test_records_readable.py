@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -19,6 +17,7 @@ from ollama_tap.exchange import Outcome, Usage
 from ollama_tap.recorder import Recorder
 from ollama_tap.recorder.store import Filters, Store
 from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage, pieces
+from tests.support.tmux import printed
 
 COLD = Usage(
     total_duration=9_500_000_000,
@@ -66,27 +65,7 @@ def cli(*argv: str, env: dict[str, str] | None = None) -> str:
 
 def in_tmux(tmp_path: Path, argv: list[str]) -> list[str]:
     """The screen of an 80×24 tmux window once the command has printed."""
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed (apt-get install tmux)")
-    sock = str(tmp_path / "tmux.sock")
-    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "LINES", "TMUX"}}
-    done = tmp_path / "done"
-    command = " ".join([sys.executable, "-m", "ollama_tap", *argv]) + f"; touch {done}; sleep 60"
-    tmux = ["tmux", "-S", sock, "-f", "/dev/null"]
-    start = [*tmux, "new-session", "-d", "-x", "80", "-y", "24", command]
-    subprocess.run(start, check=True, env=env, timeout=20)
-    try:
-        for _ in range(300):
-            if done.exists():
-                break
-            time.sleep(0.05)
-        assert done.exists(), "the command did not finish in tmux"
-        screen = subprocess.run(
-            [*tmux, "capture-pane", "-p"], check=True, capture_output=True, text=True, timeout=20
-        ).stdout
-    finally:
-        subprocess.run([*tmux, "kill-server"], check=False, timeout=20)
-    return screen.rstrip("\n").splitlines()
+    return printed(tmp_path, argv)
 
 
 def test_list_at_80x24_shows_every_ttft_and_duration_whole(db: Path, tmp_path: Path) -> None:

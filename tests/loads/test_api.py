@@ -28,7 +28,7 @@ async def test_the_loads_route_needs_the_token_and_checks_its_limit(
             assert (resp.status, await resp.json()) == (200, {"loads": []})
 
 
-async def test_a_metadata_record_carries_its_load_event_without_the_client(
+async def test_a_metadata_record_carries_its_load_event_without_the_address(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
     fake_ollama.scheduler = Scheduler(fake_ollama, load_seconds=1.05)
@@ -45,9 +45,10 @@ async def test_a_metadata_record_carries_its_load_event_without_the_client(
             [record] = (await resp.json())["records"]
         async with s.get(f"{proxy.url}/_tap/api/loads?model=llama3.2") as resp:
             [event] = (await resp.json())["loads"]
-    assert event["client"] == "127.0.0.1"
-    # The record is the event as the reply's end knew it: /api/ps is read after it.
-    expected = {**event, "client": None, "role": "trigger", "context_length": None}
+    assert (event["client"], event["address"]) == ("ollama-python", "127.0.0.1")
+    # The record is the event as the reply's end knew it: /api/ps is read after it; the
+    # app's name stays, its address goes with the body (metadata mode).
+    expected = {**event, "address": None, "role": "trigger", "context_length": None}
     assert record["load_event"] == expected
     assert record["load_event"]["cause"] == "first_load"
     assert record["client"] is None
