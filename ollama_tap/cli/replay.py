@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections import deque
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import orjson
 from rich.console import Console
@@ -14,12 +14,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from ollama_tap.cli.options import add_db_option, fail, store_from
 from ollama_tap.config import ConfigError, binds_loopback, parse_ollama_host
+from ollama_tap.ports import busy_message
 from ollama_tap.recorder.schema import SchemaError
 from ollama_tap.recorder.store import Filters, parse_time
-from ollama_tap.replay.matching import MatchMode
+from ollama_tap.replay.matching import NORMALISED, MatchMode
 from ollama_tap.replay.report import document, render
 from ollama_tap.replay.sending import POLLING, Plan, send_all, skip_reason
 from ollama_tap.replay.thresholds import parse_rule
+
+PORT: Final = 11436
+"""`replay serve`'s default: not 11434, where the Ollama it stands in for (or tests against)
+may be listening, and not 11435, the proxy's; one above both, so a proxy can sit in front
+of a replay (`serve --upstream http://127.0.0.1:11436`)."""
 
 _RULE_HELP = (
     "fail (exit 1) when an aggregate ratio now/recorded meets this rule, e.g. "
@@ -46,6 +52,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.speed <= 0:
         return fail("replay serve", "--speed must be above 0")
+    busy = busy_message(args.host, args.port, fix="--port")
+    if busy:
+        return fail("replay serve", busy)
     store = store_from(args)
     recordings = load(store, _filters(args), MatchMode(args.match), args.loop)
     refused = sum(len(ids) for ids in recordings.library.refused.values())
@@ -57,14 +66,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     "--record full (the default on loopback) to replay")  # fmt: skip
     configure()
     note = f"; {refused} metadata-mode records refused (no bodies)" if refused else ""
+    mode = MatchMode(args.match)
+    how = f"--match body: {NORMALISED}" if mode is MatchMode.BODY else f"--match {mode}"
     print(
         f"ollama-tap replay: serving {len(recordings.library)} recordings from {_where(args)} on "
-        f"http://{args.host}:{args.port}{note}",
+        f"http://{args.host}:{args.port}{note}\n  {how}"
+        + (f"\n  port {PORT}, not Ollama's 11434: point clients at "
+           f"OLLAMA_HOST={args.host}:{args.port}" if args.port == PORT else ""),
         file=sys.stderr,
-    )
+    )  # fmt: skip
     pacing = Pacing(args.speed, not args.no_pacing)
     app = replay_app(store, recordings, pacing, loopback=binds_loopback(args.host))
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    try:
+        web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    except OSError as exc:  # taken between the check and the bind, or not ours to take
+        return fail("replay serve", f"cannot listen on {args.host}:{args.port} "
+                    f"({exc.strerror or exc}); listen elsewhere with --port")  # fmt: skip
     return 0
 
 
@@ -133,11 +150,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = rsub.add_parser("serve", help="answer as an Ollama from the recordings")
     _common(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind [default: 127.0.0.1]")
-    p.add_argument("--port", type=int, default=11434, help="port [default: 11434]")
+    p.add_argument("--port", type=int, default=PORT,
+                   help=f"port [default: {PORT}; not 11434, Ollama's own]")  # fmt: skip
     p.add_argument("--match", choices=[m.value for m in MatchMode], default="body",
-                   help="exact: every body field; body: volatile fields (keep_alive, "
-                   "stream_options) ignored; nearest: a miss gets the closest recording "
-                   "on its route [default: body]")  # fmt: skip
+                   help=f"exact: every body field; body: {NORMALISED} (a client's defaults); "
+                   "nearest: as body, and a miss gets the closest recording on its route "
+                   "[default: body]")  # fmt: skip
     p.add_argument("--speed", type=float, default=1.0, help="2 plays twice as fast [default: 1]")
     p.add_argument("--no-pacing", action="store_true", help="no recorded timing: at once")
     p.add_argument("--loop", action="store_true",
