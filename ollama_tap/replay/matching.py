@@ -14,10 +14,6 @@ from ollama_tap.recorder.redact import BODY_CAP, scrub
 
 VOLATILE: Final = frozenset({"keep_alive", "stream_options"})
 """Top-level request fields that `--match body` ignores: they do not change the reply's text."""
-EMPTY: Final = (None, [], {})
-"""What a client sends for a field it leaves at its default (the `ollama` package sends
-`"tools": []`, others leave the field out): `--match body` counts such a field as absent,
-at any depth of an object, as Ollama does."""
 NORMALISED: Final = "keep_alive and stream_options ignored, a field at null, [] or {} as absent"
 """What `--match body` normalises, as the banner and `--help` say it."""
 
@@ -26,7 +22,7 @@ class MatchMode(enum.StrEnum):
     EXACT = "exact"
     """Every field of the body, volatile and empty ones included."""
     BODY = "body"
-    """The body without the VOLATILE fields, a field at an EMPTY value as absent."""
+    """The body without the VOLATILE fields, a field at null, [] or {} as absent."""
     NEAREST = "nearest"
     """As `body`, and a miss is served by the closest recording on the same route."""
 
@@ -51,6 +47,9 @@ def _without_empty(value: Any) -> Any:
 
 
 def _empty(value: Any) -> bool:
+    """What a client sends for a field it leaves at its default (the `ollama` package sends
+    `"tools": []`, others leave the field out): `--match body` counts such a field as
+    absent, at any depth of an object, as Ollama does."""
     return value is None or value == [] or value == {}
 
 
