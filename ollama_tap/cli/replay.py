@@ -12,11 +12,11 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from ollama_tap.cli.options import add_db_option, fail, store_from
+from ollama_tap.cli.options import add_db_option, add_time_options, fail, store_from
 from ollama_tap.config import ConfigError, binds_loopback, parse_ollama_host
 from ollama_tap.ports import busy_message
 from ollama_tap.recorder.schema import SchemaError
-from ollama_tap.recorder.store import Filters, parse_time
+from ollama_tap.recorder.store import Filters
 from ollama_tap.replay.matching import NORMALISED, MatchMode
 from ollama_tap.replay.report import document, render
 from ollama_tap.replay.sending import POLLING, Plan, send_all, skip_reason
@@ -138,8 +138,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_db_option(p)
     p.add_argument("--model", help="only this model (any spelling Ollama accepts)")
     p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
-    p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
-    p.add_argument("--until", type=parse_time, help="before this time")
+    add_time_options(p)
     p.add_argument("--client", help="only this client name (its record's client_name)")
     p.add_argument("--instance", help="only records made by this tap (its --instance)")
 
