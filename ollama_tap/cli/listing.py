@@ -170,9 +170,14 @@ def render(records: Sequence[Row], width: int | None, now: float | None = None) 
     cells_of_marks = [c.cell(r) for c in every if c.header == "marks" for r in records]
     silent["marks"] = not any(cells_of_marks)
     every = [c for c in every if not silent.get(c.header, False)]
-    cells = [{c.header: escaped(c.cell(r)) for c in every} for r in records]
+    return table_lines(records, every, width)
+
+
+def table_lines(rows: Sequence[Row], every: Sequence[Column], width: int | None) -> list[str]:
+    """Any table by these rules: a header, then one line a row, fitted to `width`."""
+    cells = [{c.header: escaped(c.cell(r)) for c in every} for r in rows]
     widths = {c.header: max([len(c.header), *(len(row[c.header]) for row in cells)]) for c in every}
-    shown = every if width is None else _fit(every, widths, width)
+    shown = list(every) if width is None else _fit(list(every), widths, width)
 
     def line(values: dict[str, str]) -> str:
         parts = []

@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from ollama_tap.app import LOADS
 from ollama_tap.cli import main
+from ollama_tap.cli.figures import short_ids
 from ollama_tap.exchange import Exchange
 from tests.conftest import MakeProxy, Proxy
 from tests.inspector.browser import Page
@@ -202,8 +203,9 @@ async def test_a_day_of_two_apps_on_one_box(
     monkeypatch.setenv("COLUMNS", "300")
     table = await asyncio.to_thread(cli_table, proxy)
     lines = [line.split() for line in table.splitlines()[1:] if line.strip()]
-    assert [(cells[2], cells[3]) for cells in lines[::-1]] == [(m, c) for m, c, _, _ in expected]
-    assert all(e["request"] in table for e in events)
+    assert [(cells[1], cells[2]) for cells in lines[::-1]] == [(m, c) for m, c, _, _ in expected]
+    shown = short_ids([e["request"] for e in events])  # as `records list` prints them
+    assert all(f" {shown[e['request']]} " in table for e in events)
 
     # The inspector's Loads view: one timeline row per model, a mark per load coloured by
     # cause, and each mark a link to the triggering record.
