@@ -120,7 +120,7 @@ def cmd_send(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.json:
         stream.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        render(Console(file=stream), doc)
+        render(Console(file=stream), doc, wide=args.wide)
     return 1 if doc["failed"] else 0
 
 
@@ -172,5 +172,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--include-management", action="store_true",
                    help="also re-send pull, push, create, copy and delete")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document (docs/replay.md)")
+    p.add_argument("--wide", action="store_true",
+                   help="the per-request table even when wider than the terminal")  # fmt: skip
     p.add_argument("--fail-if", type=parse_rule, action="append", default=[], help=_RULE_HELP)
     p.set_defaults(func=_guarded(cmd_send))
