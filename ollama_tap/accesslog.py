@@ -18,8 +18,11 @@ def _ms(seconds: float | None) -> float | None:
 class AccessLog:
     """Logs each exchange when it ends; never the body, the query or any credential.
 
-    The model is logged as its metrics label (`label`, ModelLabels.label): a name Ollama has
-    not vouched for is `other` here too, as on /metrics; the record keeps the name.
+    `client` is the app's name (`Exchange.client_name`, never folded into `other`),
+    `address` the peer's. The model is logged as its metrics label (`label`,
+    ModelLabels.label): a name Ollama has not vouched for is `other` here too, as on
+    /metrics (the name is the client's free text until then); the record keeps the name.
+    A JSON line carries every field; on a terminal, ollama_tap/logline.py makes it short.
     """
 
     name = "accesslog"
@@ -35,7 +38,8 @@ class AccessLog:
         self.log.info(
             "exchange",
             id=ex.id,
-            client=ex.client,
+            client=ex.client_name or None,
+            address=ex.client,
             method=ex.method,
             path=ex.path,
             endpoint=ex.endpoint,

@@ -20,9 +20,11 @@ DEFAULT_HEADER: Final = "X-Ollama-Tap-Client"
 UNKNOWN: Final = "unknown"
 """The name of an exchange no rule names: no header, no rule, no usable User-Agent."""
 OTHER: Final = "other"
-"""The name of every client beyond the cap, and of a header value that is no name."""
+"""The label of every client beyond the cap; the name of a header value that is no word."""
+MAX_NAME: Final = 64
+"""A longer header value is cut to this many characters: names go into every log line."""
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-"""What a client name may be: a word, never free text (it becomes a label)."""
+"""What a client name may be: a word, never free text (logs, records and labels carry it)."""
 _RULES: Final = "rules"
 """The slots source of the names `--client` rules give (configured, so never capped)."""
 
@@ -114,17 +116,24 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 class ClientNames:
-    """The bounded `client` names, and the observer that gives each exchange its name.
+    """The observer that gives each exchange its client name and its `client` label.
 
     The first rule that matches names the client: the header the app sets on purpose
-    (`header`, a word of at most 64 characters, else `other`), the `--client` rules in order
-    (a CIDR the peer address falls in, or a User-Agent glob), the User-Agent's first product
-    token, else `unknown`. The name is decided at the `request` hook from the request head
-    alone, once, so every series and the record of one exchange carry the same name. Names
-    are bounded as model names are (`LabelSlots`): rule names always hold a slot, any other
-    takes one of `cap` the first time it is seen, and beyond the cap it is `other` until a
-    slot has been idle for a day. The peer address stays in `Exchange.client`; names never
-    replace it, and no name is ever built from a body or a query.
+    (`header`: a word, cut to 64 characters; free text is `other`), the `--client` rules in
+    order (a CIDR the peer address falls in, or a User-Agent glob), the User-Agent's first
+    product token, else `unknown`. The name is decided at the `request` hook from the request
+    head alone, once, so every series and the record of one exchange carry the same name.
+
+    Two things are kept apart. The *name* (`Exchange.client_name`) is what the app said, in
+    the spelling first seen: records, log lines, the in-flight view, load events and spans
+    carry it whatever the cap, so `records ?client=w2` finds w2's records even after random
+    names filled every slot. The *label* (`Exchange.client_label`) is the name bounded as
+    model names are (`LabelSlots`): rule names always hold a slot, any other takes one of
+    `cap` the first time it is seen, and beyond the cap the label is `other` until a slot
+    has been idle for a day. Only the metric series are bounded; a name is at most 64
+    characters of a word, so an unbounded set of names costs a bounded line each. The peer
+    address stays in `Exchange.client`; names never replace it, and no name is ever built
+    from a body or a query.
     """
 
     name = NAME
@@ -151,27 +160,34 @@ class ClientNames:
         """Call `listener(name)` when a name stops labelling anything (its series can go)."""
         self.slots.on_free(listener)
 
-    def name_of(self, headers: Mapping[str, str], address: str) -> str:
-        """The bounded name of a request with these headers from this peer address."""
+    def names_of(self, headers: Mapping[str, str], address: str) -> tuple[str, str]:
+        """(name, label) of a request with these headers from this peer address."""
         value, ua = _header(headers, self._header)
         if value:
-            value = value.strip()
-            return self.bounded(value) if _NAME.fullmatch(value) else OTHER
+            value = value.strip()[:MAX_NAME]
+            return self.bounded(value) if _NAME.fullmatch(value) else (OTHER, OTHER)
         named = self._by_rule(ua, address) if self.rules else None
         if named is not None:
-            return named
+            return named, named
         product = product_of(ua) if ua else None
-        return UNKNOWN if product is None else self.bounded(product)
+        return (UNKNOWN, UNKNOWN) if product is None else self.bounded(product)
 
-    def bounded(self, name: str) -> str:
-        """`name`'s slot spelling, taking a free slot when it holds none; else `other`."""
+    def name_of(self, headers: Mapping[str, str], address: str) -> str:
+        """The name of a request with these headers from this peer address (never bounded)."""
+        return self.names_of(headers, address)[0]
+
+    def bounded(self, name: str) -> tuple[str, str]:
+        """(name, label): a name holding a slot is its slot spelling for both (so one app
+        reads the same whatever its case); beyond the cap, the name as given and `other`."""
         # Every sighting is a proof: it keeps a name in use from being freed as idle.
         self._sweep()
-        return self.slots.prove(name.lower(), name) or OTHER
+        spelled = self.slots.prove(name.lower(), name)
+        return (spelled, spelled) if spelled else (name, OTHER)
 
     def request(self, ex: Exchange) -> None:
-        """The observer hook: the exchange's name, from its head, before any other looks."""
-        ex.client_name = self.name_of(ex.request_headers, ex.client)
+        """The observer hook: the exchange's name and label, from its head, before any
+        other looks."""
+        ex.client_name, ex.client_label = self.names_of(ex.request_headers, ex.client)
 
     def _match_rules(self, ua: str, address: str) -> str | None:
         peer = _address(address) if address else None

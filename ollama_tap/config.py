@@ -10,7 +10,7 @@ import socket
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -278,6 +278,11 @@ def resolve_upstream(explicit: str | None, ollama_host: str | None) -> URL:
     return URL(DEFAULT_UPSTREAM)
 
 
+_API_PATH: Final = re.compile(r"/(api|v1)(/.*)?/*$")
+"""A path that names Ollama's routes (`/api`, `/api/chat`, `/v1`): a mistake, since every
+client adds it; a prefix before them (`/ollama`, Ollama behind a reverse proxy) is kept."""
+
+
 def parse_ollama_host(value: str) -> URL:
     scheme, sep, hostport = value.partition("://")
     default_port = 11434
@@ -297,6 +302,13 @@ def parse_ollama_host(value: str) -> URL:
             f"upstream {redacted_url(value)!r} has a user name or password, which ollama-tap "
             "never sends on (Ollama has no login): give the host and port only, "
             "e.g. http://gpu-box:11434"
+        )
+    if api := _API_PATH.search("/" + path):
+        base = f"{scheme}://{hostport}" + ("/" + path)[: api.start()]
+        raise ConfigError(
+            f"upstream {redacted_url(value)!r} names an API path ({api[0]}), which clients "
+            f"add to every request themselves, so each would be a 404: give Ollama's base "
+            f"URL, e.g. {redacted_url(base)}"
         )
     host, port = _split_host_port(hostport, default_port)
     if host in {"", "0.0.0.0", "::"}:

@@ -230,8 +230,10 @@ class Exchange:
     client: str
     """Peer address of the client."""
     client_name: str
-    """Which app sent it, bounded (ollama_tap/attribution.py); set at the `request` hook,
-    "" before."""
+    """Which app sent it, as the app said (ollama_tap/attribution.py): never folded into
+    `other`, at most 64 characters; set at the `request` hook, "" before."""
+    client_label: str
+    """The same name as a metric label: bounded, `other` past the cap; "" before `request`."""
     request_headers: dict[str, str]
     """The client's request headers as received (credentials included: observers that store
     anything must redact them)."""
@@ -316,7 +318,7 @@ class Exchange:
         # Written out: one is made per request (docs/architecture.md, mypyc).
         self.method, self.path, self.query = method, path, query
         self.endpoint, self.client, self.request_headers = endpoint, client, request_headers
-        self.client_name = ""
+        self.client_name = self.client_label = ""
         self.id = new_id() if id is None else id
         self.started = time.monotonic() if started is None else started
         self.started_wall = time.time() if started_wall is None else started_wall

@@ -75,5 +75,5 @@ class LoadFact:
         """The event and the role; the client address only `with_client` (full records)."""
         found = {**self.event, "role": self.role.value}
         if not with_client:
-            found["client"] = None
+            found["address"] = None
         return found

@@ -8,6 +8,8 @@ import sys
 import structlog
 from aiohttp.http_exceptions import HttpProcessingError
 
+from ollama_tap.logline import for_terminal
+
 
 class RequestBytesFilter(logging.Filter):
     """aiohttp's "Error handling request" for a request it cannot parse quotes the bytes it
@@ -30,10 +32,11 @@ REQUEST_BYTES_FILTER = RequestBytesFilter()
 
 
 def renderer(log_format: str = "json") -> structlog.types.Processor:
-    """The last processor: JSON for log collectors and pipes, aligned text for a person.
+    """The last processor: JSON for log collectors and pipes, short text for a person.
 
     "auto" asks whether stderr is a terminal: a log shipped to a file or a collector stays
-    one JSON object a line, the same events a person watching `serve` reads in columns.
+    one JSON object a line with every field, the same events a person watching `serve`
+    reads one short line each (ollama_tap/logline.py).
     """
     console = log_format == "console" or (log_format == "auto" and sys.stderr.isatty())
     if console:
@@ -42,8 +45,18 @@ def renderer(log_format: str = "json") -> structlog.types.Processor:
             colors=sys.stderr.isatty(),
             sort_keys=False,
             exception_formatter=structlog.dev.plain_traceback,
+            pad_event_to=0,
+            pad_level=False,
         )
     return structlog.processors.JSONRenderer()
+
+
+def _for(render: structlog.types.Processor) -> list[structlog.types.Processor]:
+    """What runs before the renderer: for a person, the short line (a local time, no
+    date: the terminal is watched now); for JSON, the UTC time and every field."""
+    if isinstance(render, structlog.dev.ConsoleRenderer):
+        return [structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False), for_terminal]
+    return [structlog.processors.TimeStamper(fmt="iso", utc=True)]
 
 
 def _exceptions(render: structlog.types.Processor) -> list[structlog.types.Processor]:
@@ -61,14 +74,10 @@ def configure(level: str = "info", log_format: str = "json") -> None:
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        *_for(render),
     ]
     structlog.configure(
-        processors=[
-            *shared,
-            *_exceptions(render),
-            render,
-        ],
+        processors=[*shared, *_exceptions(render), render],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,

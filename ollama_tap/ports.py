@@ -16,9 +16,13 @@ _LISTEN: Final = "0A"
 _COMMAND_CHARS: Final = 60
 
 
-def busy_message(host: str, port: int) -> str | None:
+SERVE_FIX: Final = "--port (OLLAMA_TAP_PORT)"
+
+
+def busy_message(host: str, port: int, fix: str = SERVE_FIX) -> str | None:
     """Why `host:port` cannot be listened on because something else listens there, or None
-    (free, or failing some other way, which the real bind then reports)."""
+    (free, or failing some other way, which the real bind then reports); `fix` is the
+    option that listens elsewhere."""
     if port == 0:
         return None
     try:
@@ -27,16 +31,14 @@ def busy_message(host: str, port: int) -> str | None:
         return None
     for address in addresses:
         if _in_use(address, port):
-            return in_use_message(host, port)
+            return in_use_message(host, port, fix)
     return None
 
 
-def in_use_message(host: str, port: int) -> str:
+def in_use_message(host: str, port: int, fix: str = SERVE_FIX) -> str:
     holder = listener(port)
     who = f"by {holder}" if holder else "by another program"
-    return (
-        f"{host}:{port} is in use {who}; stop it, or listen elsewhere with --port (OLLAMA_TAP_PORT)"
-    )
+    return f"{host}:{port} is in use {who}; stop it, or listen elsewhere with {fix}"
 
 
 def _in_use(address: str, port: int) -> bool:

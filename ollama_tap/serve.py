@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ollama_tap import compiled, logs, ports
 from ollama_tap.app import ADMIN_TOKEN, make_app
-from ollama_tap.config import ConfigError, Settings, all_loopback, bind_addresses
+from ollama_tap.config import ConfigError, RecordMode, Settings, all_loopback, bind_addresses
 from ollama_tap.credentials import redacted_url
 from ollama_tap.relay import TAP, make_site, raise_fd_limit
 from ollama_tap.relay.tap import Tap
@@ -51,12 +51,16 @@ def banner(settings: Settings, token: str | None) -> str:
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     base = f"{scheme}://{host}:{settings.port}"
     inspector = f"{base}/_tap/?token={token}" if token else f"{base}/_tap/"
+    recording = (
+        "off (nothing is kept; --record full or metadata to record)"
+        if settings.record_mode is RecordMode.OFF
+        else f"{settings.record_mode} -> {shown_location(settings)} as {settings.instance_name}"
+    )
     return (
         f"ollama-tap {base} -> Ollama {settings.upstream_url}\n"
         f"  metrics:   {base}{settings.metrics_path}\n"
         f"  inspector: {inspector}\n"
-        f"  recording: {settings.record_mode} -> {shown_location(settings)}"
-        f" as {settings.instance_name}\n"
+        f"  recording: {recording}\n"
         f"  build:     {build_kind()}"
     )
 

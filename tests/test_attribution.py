@@ -52,9 +52,10 @@ def test_rules_apply_in_order_header_then_rules_then_user_agent_then_unknown() -
 
 def test_a_header_that_is_no_name_is_other_never_its_text() -> None:
     names = ClientNames(50)
-    for value in ("why is the sky blue?", "a" * 65, "<script>", "naïve"):
-        assert names.name_of({HEADER: value}, "127.0.0.1") == OTHER
+    for value in ("why is the sky blue?", "<script>", "naïve"):
+        assert names.names_of({HEADER: value}, "127.0.0.1") == (OTHER, OTHER)
     assert names.name_of({HEADER: " spaced "}, "127.0.0.1") == "spaced"
+    assert names.name_of({HEADER: "a" * 65}, "127.0.0.1") == "a" * 64, "cut, not refused"
 
 
 def test_names_match_case_insensitively_and_print_as_first_seen() -> None:
@@ -63,18 +64,24 @@ def test_names_match_case_insensitively_and_print_as_first_seen() -> None:
     assert names.name_of({HEADER: "myapp"}, "") == "MyApp"
 
 
-def test_a_thousand_random_header_values_take_at_most_the_cap() -> None:
+def test_a_thousand_random_header_values_take_at_most_the_cap_of_labels() -> None:
     names = ClientNames(50, rules=["lab=10.0.0.0/8"])
     rng = random.Random(20)
     alphabet = string.printable + "éß€\u200b"
-    seen = set()
+    labels, words = set(), set()
     for i in range(1000):
         # Half of them words (each a would-be name), half anything at all.
         letters = string.ascii_letters + string.digits if i % 2 else alphabet
         value = "".join(rng.choice(letters) for _ in range(rng.randint(1, 80)))
-        seen.add(names.name_of({HEADER: value}, "10.1.1.1"))
-    assert len(seen - {OTHER}) == 50
-    assert OTHER in seen
+        name, label = names.names_of({HEADER: value}, "10.1.1.1")
+        labels.add(label)
+        assert len(name) <= 64 and name.isprintable() and " " not in name
+        if i % 2:
+            words.add(name)
+            assert name == value[:64], "a word is kept whatever the cap: only labels fold"
+    assert len(labels - {OTHER}) == 50
+    assert OTHER in labels
+    assert len(words) > 400
     assert names.slots.unlisted() == 50
     assert names.name_of({}, "10.1.1.1") == "lab", "a rule's name is never crowded out"
 
@@ -84,10 +91,10 @@ def test_an_idle_slot_is_freed_after_a_day_and_its_listeners_told() -> None:
     names = ClientNames(1, clock=clock)
     freed: list[str] = []
     names.on_free(freed.append)
-    assert names.name_of({HEADER: "first"}, "") == "first"
-    assert names.name_of({HEADER: "second"}, "") == OTHER
+    assert names.names_of({HEADER: "first"}, "") == ("first", "first")
+    assert names.names_of({HEADER: "second"}, "") == ("second", OTHER)
     clock.now += 86_400 + 61
-    assert names.name_of({HEADER: "second"}, "") == "second"
+    assert names.names_of({HEADER: "second"}, "") == ("second", "second")
     assert freed == ["first"]
 
 

@@ -29,3 +29,11 @@ def test_an_output_chunk_copies_and_pickles() -> None:
     """The `chunk` hook's argument, compiled or not: observers may keep or send it on."""
     piece = OutputChunk(1.5, OutputKind.CONTENT, "hi", 7)
     assert copy.copy(piece) == copy.deepcopy(piece) == pickle.loads(pickle.dumps(piece)) == piece
+
+
+def test_the_banner_names_no_database_when_recording_is_off() -> None:
+    settings = Settings(upstream="http://127.0.0.1:11434", admin_token=ADMIN_TOKEN, record="off")
+    text = banner(settings, ADMIN_TOKEN)
+    [recording] = [line.strip() for line in text.splitlines() if "recording" in line]
+    assert recording == "recording: off (nothing is kept; --record full or metadata to record)"
+    assert str(settings.db_path) not in text

@@ -14,6 +14,7 @@ import httpx
 import ollama
 import openai
 import pytest
+from structlog.testing import capture_logs
 
 from tests.conftest import ROOT, MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama
@@ -102,6 +103,23 @@ async def test_a_thousand_random_header_values_make_a_bounded_client_label(
     assert len(seen) == 21 and "other" in seen
     assert sum(seen.values()) == 1000
     assert forwarded(fake_ollama, HEADER)[-1000:] == values, "every value reached Ollama"
+
+
+async def test_names_past_the_label_cap_stay_in_records_logs_and_filters(
+    proxy_factory: MakeProxy,
+) -> None:
+    proxy = await proxy_factory(client_label_cap=2)
+    with capture_logs() as logs:
+        for name in ("w0", "w1", "w2"):
+            await ollama.AsyncClient(host=proxy.url, headers={HEADER: name}).generate(LLAMA, "hi")
+        await settled(proxy)
+    assert clients_seen(proxy) == {"w0": 1, "w1": 1, "other": 1}, "only the label folds"
+    only = await records(proxy, 1, client="w2")
+    assert [r["client_name"] for r in only] == ["w2"]
+    lines = [e for e in logs if e["event"] == "exchange"]
+    assert [(e["client"], e["address"]) for e in lines] == [
+        (n, "127.0.0.1") for n in ["w0", "w1", "w2"]
+    ]
 
 
 def _node_client(cache: Path) -> Path:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -10,6 +15,8 @@ from yarl import URL
 
 from ollama_tap.cli import build_parser, main
 from ollama_tap.config import ConfigError, RecordMode, Settings, parse_ollama_host, resolve_upstream
+from ollama_tap.recorder.store import parse_time
+from tests.support.serve_process import ADMIN_TOKEN, free_port
 
 
 @pytest.mark.parametrize(
@@ -137,3 +144,84 @@ def test_start_up_failures_are_one_line_not_a_traceback(
     assert main(["serve", "--port", "0", "--db", str(db_dir / "records.db")]) == 2
     err = capsys.readouterr().err
     assert "admin-token is empty" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("upstream", "fix"),
+    [
+        ("http://127.0.0.1:11434/api", "http://127.0.0.1:11434"),
+        ("127.0.0.1:11434/api/", "http://127.0.0.1:11434"),
+        ("http://gpu-box:11434/v1", "http://gpu-box:11434"),
+        ("https://gw/ollama/api/chat", "https://gw/ollama"),
+    ],
+)
+def test_an_upstream_naming_an_api_path_is_refused_with_its_base(upstream: str, fix: str) -> None:
+    with pytest.raises(ConfigError, match="names an API path") as raised:
+        parse_ollama_host(upstream)
+    assert str(raised.value).endswith(f"give Ollama's base URL, e.g. {fix}")
+
+
+def test_serve_refuses_an_api_path_at_start(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--port", "0", "--upstream", "http://127.0.0.1:11434/api"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("ollama-tap: upstream 'http://127.0.0.1:11434/api' names an API path")
+
+
+def test_since_takes_a_time_ago() -> None:
+    assert parse_time("30m", now=10_000.0) == 8_200.0
+    assert parse_time("1h", now=10_000.0) == 6_400.0
+    assert parse_time("2d", now=200_000.0) == 27_200.0
+    assert parse_time("90s", now=100.0) == 10.0
+    args = build_parser().parse_args(["records", "list", "--since", "1h"])
+    assert abs(args.since - (time.time() - 3600)) < 60
+    with pytest.raises(ValueError, match=r"give a time ago \(30m, 1h, 2d\)"):
+        parse_time("1 fortnight")
+
+
+def test_version_says_the_version_and_the_build() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ollama_tap", "--version"], capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(
+        r"ollama-tap \S+ \((compiled|interpreted) build, Python \d+\.\d+\.\d+\)\n", done.stdout
+    )
+
+
+def _serve_default_db(home: Path, port: int) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_TAP_", "OLLAMA_HOST"))}
+    env |= {"XDG_DATA_HOME": str(home), "OLLAMA_TAP_ADMIN_TOKEN": ADMIN_TOKEN}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ollama_tap", "serve", "--port", str(port),
+         "--upstream", "http://127.0.0.1:9"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_a_second_tap_on_the_host_is_refused_the_default_database(tmp_path: Path) -> None:
+    first_port, second_port = free_port(), free_port()
+    first = _serve_default_db(tmp_path, first_port)
+    try:
+        assert first.stderr is not None
+        for line in first.stderr:  # the banner comes once the port is bound
+            if "recording:" in line:
+                break
+        second = _serve_default_db(tmp_path, second_port)
+        try:
+            _, err = second.communicate(timeout=60)
+        finally:
+            if second.returncode is None:  # it started: the claim did not hold
+                second.kill()
+                second.wait(timeout=60)
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+    db = tmp_path / "ollama-tap" / "records.db"
+    assert second.returncode == 2
+    [line] = err.splitlines()
+    holder = f"the tap on port {first_port} (pid {first.pid})"
+    assert line.startswith(
+        f"ollama-tap: the default database {db} is in use by {holder}; give this tap its own: --db "
+    )
+    assert f"records-{second_port}.db --instance " in line

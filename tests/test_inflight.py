@@ -12,7 +12,10 @@ import aiohttp
 import orjson
 
 from ollama_tap.auth import API_HEADERS
+from ollama_tap.exchange import RequestFields
+from ollama_tap.inflight.registry import InFlight
 from tests.conftest import Proxy
+from tests.support.exchanges import new_exchange
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import LLAMA, upstream_polled
 from tests.support.records import AUTH
@@ -133,3 +136,17 @@ async def test_one_slot_four_streams_two_clients(proxy: Proxy, fake_ollama: Fake
         assert busy is not None and abs(busy - union(mine)) < 0.15, (client, busy, union(mine))
     assert waiting(proxy) == 0
     assert proxy.sample("ollama_tap_oldest_wait_seconds", {"model": LLAMA}) == 0
+
+
+def test_the_view_shows_the_names_the_labels_fold() -> None:
+    # Past the client cap and before Ollama vouched for the model, both labels are `other`;
+    # the view still says who waits for what.
+    registry = InFlight(model_label=lambda name: "other")
+    ex = new_exchange("/api/chat", request=RequestFields(model="mistral-small", parsed=True))
+    ex.client_name, ex.client_label = "w2", "other"
+    registry.request(ex)
+    snapshot = registry.snapshot()
+    [row] = snapshot["exchanges"]
+    assert (row["client"], row["model"], row["position"]) == ("w2", "mistral-small:latest", 1)
+    assert snapshot["waiting"] == {"mistral-small:latest": 1}
+    assert registry.busy_seconds().keys() == {("other", "other")}, "the series stay bounded"

@@ -10,13 +10,20 @@ import signal
 import sys
 from pathlib import Path
 
+import ollama
 import pytest
 import structlog
 from aiohttp.http_exceptions import LineTooLong
 
 from ollama_tap import logs
+from ollama_tap.accesslog import AccessLog
+from ollama_tap.exchange import Outcome, RequestFields
+from tests.support.exchanges import new_exchange
 from tests.support.fake_ollama import FakeOllama
-from tests.support.serve_process import ADMIN_TOKEN, serve
+from tests.support.serve_process import ADMIN_TOKEN, free_port, serve
+from tests.support.tmux import Terminal
+from tests.support.tmux import ollama_tap as tmux_command
+from tests.support.waiting import eventually
 
 MALFORMED = [
     f"GET /_tap/?token={ADMIN_TOKEN}\x01 HTTP/1.1\r\nHost: localhost\r\n\r\n",
@@ -111,3 +118,46 @@ async def test_serve_logs_readable_lines_with_log_format_console(
     listening = next(line for line in lines if "listening" in line)
     assert "[info" in listening and "port=" in listening and not listening.startswith("{")
     assert not [line for line in lines if line.startswith("{")]
+
+
+EVERY_FIELD = {
+    "id", "client", "address", "method", "path", "endpoint", "model", "status", "outcome",
+    "duration_ms", "ttft_ms", "bytes_in", "bytes_out", "done_reason", "error", "retried",
+}  # fmt: skip
+
+
+def test_a_json_line_keeps_every_field(capsys: pytest.CaptureFixture[str]) -> None:
+    logs.configure("info", "json")
+    try:
+        ex = new_exchange("/api/chat", request=RequestFields(model="llama3.2", parsed=True))
+        ex.client_name, ex.status, ex.outcome, ex.ended = "code-helper", 200, Outcome.OK, 1.0
+        AccessLog(lambda name: "llama3.2:latest").response(ex)
+        line = json.loads(capsys.readouterr().err.splitlines()[-1])
+    finally:
+        structlog.reset_defaults()
+    assert line.keys() >= EVERY_FIELD
+    assert (line["client"], line["address"], line["error"]) == ("code-helper", "127.0.0.1", None)
+
+
+async def test_an_exchange_is_one_line_at_120_columns_on_a_terminal(
+    fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    term = Terminal(tmp_path, width=120, height=24)
+    port = free_port()
+    term.start(
+        tmux_command("serve", "--port", str(port), "--upstream", fake_ollama.url),
+        env={"OLLAMA_TAP_ADMIN_TOKEN": ADMIN_TOKEN, "OLLAMA_TAP_DB": str(tmp_path / "r.db")},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        await eventually(lambda: any("listening" in line for line in term.screen()), within=20)
+        client = ollama.AsyncClient(host=url, headers={"X-Ollama-Tap-Client": "code-helper"})
+        await client.chat("llama3.2", messages=[{"role": "user", "content": "Why?"}])
+        await eventually(lambda: any("/api/chat" in line for line in term.screen(joined=True)))
+        [line] = [line for line in term.screen(joined=True) if "/api/chat" in line]
+    finally:
+        term.stop()
+    assert len(line) <= 120, line
+    assert "code-helper POST /api/chat llama3.2:latest 200 ok" in line, line
+    assert "None" not in line and line.count("/api/chat") == 1 and "127.0.0.1" not in line
+    assert re.search(r" id=[0-9a-f]+-1$", line), "the short id, which `records show` accepts"

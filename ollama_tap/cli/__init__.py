@@ -12,8 +12,10 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from ollama_tap.cli import bench, decode, loads, models, records, replay, suggest, top
+from ollama_tap.cli.options import VersionAction
 from ollama_tap.config import ConfigError, Settings, is_postgres_url
 from ollama_tap.credentials import redacted_url
+from ollama_tap.dbclaim import claimed
 from ollama_tap.ports import busy_message
 from ollama_tap.recorder.schema import SchemaError
 
@@ -123,7 +125,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ollama_tap.serve import serve
 
     try:
-        return serve(settings)
+        with claimed(settings):
+            return serve(settings)
     except (ConfigError, SchemaError, OSError) as exc:
         # Start-up failures (a port in use, an unwritable --db, a database from a newer
         # ollama-tap) already say what is wrong: one line, not a traceback.
@@ -148,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A transparent Ollama proxy that measures, exports and records every exchange.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = sub.add_parser(
         "serve",

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+import urllib.error
 import urllib.parse
-from datetime import datetime
+import urllib.request
 from typing import Any, Final
 
 import orjson
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 from yarl import URL
 
 from ollama_tap.cli.admin_api import (
@@ -23,10 +22,11 @@ from ollama_tap.cli.admin_api import (
     token_for,
     warn_in_clear,
 )
+from ollama_tap.cli.figures import compact_time, seconds, short_ids
+from ollama_tap.cli.listing import Column, table_lines, width_wanted
 from ollama_tap.cli.options import fail
 
 DEFAULT_URL: Final = "http://127.0.0.1:11435"
-COLUMNS: Final = ("TIME", "MODEL", "CAUSE", "DETAIL", "CLIENT", "REQUEST", "LOAD", "WAITED")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,20 +49,31 @@ def fetch(url: URL, token: str | None, model: str | None, limit: int) -> list[di
     return loads
 
 
-def row(event: dict[str, Any]) -> tuple[str, ...]:
-    """One event as the table's cells (the inspector's Loads view shows the same)."""
-    at = datetime.fromtimestamp(event["at"]).strftime("%Y-%m-%d %H:%M:%S")
-    load = event.get("load_duration")
+def columns(ids: dict[str, str], now: float) -> tuple[Column, ...]:
+    """The table's columns (the inspector's Loads view shows the same), by the rules of
+    `records list`: at 80 columns the decoration goes (waited, detail) and the names are
+    shortened, while when, which model, why, who, the request (as `records show` takes
+    it) and the load's length stay whole."""
     return (
-        at,
-        event["model"],
-        event["cause"],
-        event.get("detail") or "",
-        event.get("client") or "-",
-        event.get("request") or "-",
-        "-" if load is None else f"{load:.2f}s",
-        str(len(event.get("waited") or [])),
+        Column("time", lambda e: compact_time(e["at"], now), keep=85),
+        Column("model", lambda e: e["model"], keep=90, cap=20),
+        Column("cause", lambda e: e["cause"], keep=100),
+        Column("client", lambda e: e.get("client") or e.get("address") or "-", keep=82, cap=12),
+        Column("request", lambda e: ids.get(e.get("request") or "", "-"), keep=100),
+        Column("load", _load, right=True, keep=88),
+        Column("waited", lambda e: str(len(e.get("waited") or [])), right=True, keep=20),
+        Column("detail", lambda e: e.get("detail") or "", keep=30, cap=24),
     )
+
+
+def _load(event: dict[str, Any]) -> str:
+    return seconds(event.get("load_duration")) or "-"
+
+
+def table(events: list[dict[str, Any]], width: int | None, now: float | None = None) -> list[str]:
+    ids = short_ids([e["request"] for e in events if e.get("request")])
+    when = time.time() if now is None else now
+    return table_lines(events, columns(ids, when), width)
 
 
 def run_loads(args: argparse.Namespace) -> int:
@@ -78,8 +89,5 @@ def run_loads(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(events).decode() + "\n")
         return 0
-    table = Table(*COLUMNS, box=None)
-    for event in events:
-        table.add_row(*(Text(cell) for cell in row(event)))
-    Console(soft_wrap=True, highlight=False).print(table)
+    print("\n".join(table(events, width_wanted(sys.stdout))))
     return 0

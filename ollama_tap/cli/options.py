@@ -7,15 +7,59 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
 
+from ollama_tap import compiled
 from ollama_tap.config import DEFAULT_UPSTREAM, ConfigError, Settings, resolve_upstream
-from ollama_tap.recorder.store import Store
+from ollama_tap.recorder.store import Store, parse_time
 from ollama_tap.tokens.store import ModelStore
 from ollama_tap.tokens.vocab import VocabSource
+
+
+def installed_version() -> str:
+    """The installed distribution's version ("unknown" when run from sources not installed)."""
+    try:
+        return version("ollama-tap")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def version_line() -> str:
+    """What `ollama-tap --version` prints: the version, the build and the Python."""
+    build = "compiled" if compiled.active() else "interpreted"
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    return f"ollama-tap {installed_version()} ({build} build, Python {python})"
+
+
+class VersionAction(argparse.Action):
+    """`--version`, worked out only when asked: which build runs is known by importing the
+    relay, which the parser of every other command must not load."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def time_argument(value: str) -> float:
+    """`--since`/`--until`: argparse prints the reason and the forms, not a type's name."""
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_time_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--since", type=time_argument,
+                   help="from this time: 30m, 1h, 2d ago, unix seconds or ISO 8601")  # fmt: skip
+    p.add_argument("--until", type=time_argument, help="before this time (the same forms)")
 
 
 def add_db_option(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,6 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from contextlib import nullcontext
-from importlib.metadata import PackageNotFoundError, version
 from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -22,7 +21,9 @@ from ollama_tap.cli.figures import find_record, rate, seconds
 from ollama_tap.cli.listing import print_table
 from ollama_tap.cli.options import (
     add_db_option,
+    add_time_options,
     add_vocab_options,
+    installed_version,
     positive,
     store_from,
     vocab_source,
@@ -32,7 +33,7 @@ from ollama_tap.config import ConfigError
 from ollama_tap.recorder.backend import StoreError as RecordsUnavailable
 from ollama_tap.recorder.export import write_har, write_jsonl
 from ollama_tap.recorder.schema import SchemaError
-from ollama_tap.recorder.store import Filters, parse_time
+from ollama_tap.recorder.store import Filters
 from ollama_tap.terminal import plural, printable
 from ollama_tap.tokens.context import decode_record
 from ollama_tap.tokens.errors import StoreError, VocabError
@@ -132,13 +133,6 @@ def context_summary(doc: dict[str, Any]) -> str:
     )
 
 
-def _version() -> str:
-    try:
-        return version("ollama-tap")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _private(path: str) -> BinaryIO:
     """The file, truncated, and 0600 even if it existed with another mode."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -159,7 +153,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _write_har(records: Any, out: IO[bytes]) -> None:
-    write_har(records, out, _version())
+    write_har(records, out, installed_version())
 
 
 def _guard(func: Command) -> Command:
@@ -194,8 +188,7 @@ def _common(p: argparse.ArgumentParser, filters: bool) -> None:
         p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
         p.add_argument("--outcome", help="only this outcome, e.g. ok, client_disconnected")
         p.add_argument("--client", help="only this client name, e.g. open-webui, curl")
-        p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
-        p.add_argument("--until", type=parse_time, help="before this time")
+        add_time_options(p)
         p.add_argument(
             "--truncated", action="store_true",
             help="only exchanges with a truncation verdict (docs/diagnoses.md)",

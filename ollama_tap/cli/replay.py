@@ -8,21 +8,34 @@ import os
 import sqlite3
 import sys
 from collections import deque
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from ollama_tap.cli.options import add_db_option, fail, positive, settings_with_db, store_from
+from ollama_tap.cli.options import (
+    add_db_option,
+    add_time_options,
+    fail,
+    positive,
+    settings_with_db,
+    store_from,
+)
 from ollama_tap.config import ConfigError, bind_addresses, binds_loopback, parse_ollama_host
+from ollama_tap.ports import busy_message
 from ollama_tap.recorder.backend import StoreError
 from ollama_tap.recorder.schema import SchemaError
-from ollama_tap.recorder.store import Filters, parse_time
-from ollama_tap.replay.matching import MatchMode
+from ollama_tap.recorder.store import Filters
+from ollama_tap.replay.matching import NORMALISED, MatchMode
 from ollama_tap.replay.report import document, render
 from ollama_tap.replay.sending import POLLING, Plan, send_all, skip_reason
 from ollama_tap.replay.thresholds import parse_rule
+
+PORT: Final = 11436
+"""`replay serve`'s default: not 11434, where the Ollama it stands in for (or tests against)
+may be listening, and not 11435, the proxy's; one above both, so a proxy can sit in front
+of a replay (`serve --upstream http://127.0.0.1:11436`)."""
 
 _RULE_HELP = (
     "fail (exit 1) when an aggregate ratio now/recorded meets this rule, e.g. "
@@ -72,29 +85,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     "--record full (the default on loopback) to replay")  # fmt: skip
     configure()
     note = f"; {refused} metadata-mode records refused (no bodies)" if refused else ""
+    mode = MatchMode(args.match)
+    how = f"--match body: {NORMALISED}" if mode is MatchMode.BODY else f"--match {mode}"
     print(
         f"ollama-tap replay: serving {len(recordings.library)} recordings from {_where(args)} on "
-        f"http://{args.host}:{args.port}{note}\n  {_access(args, token, loopback)}",
+        f"http://{args.host}:{args.port}{note}\n  {how}\n  {_access(args, token, loopback)}"
+        + (f"\n  port {PORT}, not Ollama's 11434: point clients at "
+           f"OLLAMA_HOST={args.host}:{args.port}" if args.port == PORT else ""),
         file=sys.stderr,
-    )
+    )  # fmt: skip
     pacing = Pacing(args.speed, not args.no_pacing)
     app = replay_app(store, recordings, pacing, token=token, loopback=loopback)
-    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    try:
+        web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
+    except OSError as exc:  # taken between the check and the bind, or not ours to take
+        return fail("replay serve", f"cannot listen on {args.host}:{args.port} "
+                    f"({exc.strerror or exc}); listen elsewhere with --port")  # fmt: skip
     return 0
 
 
 def _bind_problem(host: str, port: int) -> str | None:
     """Why `replay serve` cannot listen on host:port (said before the database is read)."""
-    from ollama_tap.ports import busy_message
-
     if not 0 <= port <= 65535:
-        return f"--port {port} is not a port; give 0 to 65535, e.g. 11434"
+        return f"--port {port} is not a port; give 0 to 65535, e.g. 11436"
     try:
         bind_addresses(host)
     except OSError as exc:
         return (f"--host {host!r} cannot be resolved ({exc.strerror or exc}); give an IP "
                 "address (e.g. 127.0.0.1) or a name this machine resolves")  # fmt: skip
-    return busy_message(host, port)
+    return busy_message(host, port, fix="--port")
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -157,7 +176,7 @@ def cmd_send(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.json:
         stream.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        render(Console(file=stream), doc)
+        render(Console(file=stream), doc, wide=args.wide)
     return 1 if doc["failed"] else 0
 
 
@@ -181,8 +200,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_db_option(p)
     p.add_argument("--model", help="only this model (any spelling Ollama accepts)")
     p.add_argument("--endpoint", help="only this endpoint, e.g. /api/chat")
-    p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
-    p.add_argument("--until", type=parse_time, help="before this time")
+    add_time_options(p)
     p.add_argument("--client", help="only this client name (its record's client_name)")
     p.add_argument("--instance", help="only records made by this tap (its --instance)")
 
@@ -193,11 +211,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = rsub.add_parser("serve", help="answer as an Ollama from the recordings")
     _common(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind [default: 127.0.0.1]")
-    p.add_argument("--port", type=int, default=11434, help="port [default: 11434]")
+    p.add_argument("--port", type=int, default=PORT,
+                   help=f"port [default: {PORT}; not 11434, Ollama's own]")  # fmt: skip
     p.add_argument("--match", choices=[m.value for m in MatchMode], default="body",
-                   help="exact: every body field; body: volatile fields (keep_alive, "
-                   "stream_options) ignored; nearest: a miss gets the closest recording "
-                   "on its route [default: body]")  # fmt: skip
+                   help=f"exact: every body field; body: {NORMALISED} (a client's defaults); "
+                   "nearest: as body, and a miss gets the closest recording on its route "
+                   "[default: body]")  # fmt: skip
     p.add_argument("--speed", type=float, default=1.0, help="2 plays twice as fast [default: 1]")
     p.add_argument("--no-pacing", action="store_true", help="no recorded timing: at once")
     p.add_argument("--no-token", action="store_true",
@@ -223,5 +242,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--include-management", action="store_true",
                    help="also re-send pull, push, create, copy and delete")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document (docs/replay.md)")
+    p.add_argument("--wide", action="store_true",
+                   help="the per-request table even when wider than the terminal")  # fmt: skip
     p.add_argument("--fail-if", type=parse_rule, action="append", default=[], help=_RULE_HELP)
     p.set_defaults(func=_guarded(cmd_send))

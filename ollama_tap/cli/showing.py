@@ -74,15 +74,56 @@ def _stands_out(record: Record) -> list[str]:
     return notes
 
 
-def headline(record: Record) -> str:
-    """One line: outcome, client TTFT, decode rate and what stands out."""
+def headline(record: Record) -> list[str]:
+    """The outcome, client TTFT, decode rate and what stands out, in lines of 80 columns."""
     parts = [record["outcome"]]
     if record.get("ttft") is not None:
         parts.append(f"TTFT {seconds(record['ttft'])}")
     decode = usage_of(record).decode_rate
     if decode is not None:
         parts.append(f"decode {rate(decode)}")
-    return " · ".join([*parts, *_stands_out(record)])
+    return _wrapped([*parts, *_stands_out(record)])
+
+
+WIDTH: Final = 80
+
+
+def _wrapped(parts: list[str], width: int = WIDTH) -> list[str]:
+    """Parts joined by " · ", a new line before the part that would pass `width`."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 3 + len(part) > width:
+            lines.append(part)
+        else:
+            lines[-1] += " · " + part
+    return lines
+
+
+def verdict_lines(record: Record) -> list[str]:
+    """What a person opens a record for, right under the outcome: truncated or not (and the
+    tokens lost), the load it met and why, and which app sent it."""
+    verdict = record.get("truncation")
+    if verdict:
+        lost = verdict.get("tokens_lost")
+        said = f"{verdict['kind']} ({verdict['rule']})"
+        said += f", {_count(lost)} prompt tokens lost" if lost else ""
+        lines = [f"truncated: {said}", f"  {verdict.get('explanation') or ''}".rstrip()]
+    else:
+        lines = ["truncated: no verdict (none of the rules found a cut)"]
+    event = record.get("load_event")
+    if event:
+        said = event["cause"] + (f" ({event['detail']})" if event.get("detail") else "")
+        if event.get("load_duration") is not None:
+            said += f", {seconds(event['load_duration'])}"
+        role = event.get("role")
+        said += ", triggered by this request" if role == "trigger" else ", waited for it"
+        lines.append(f"load: {said}")
+    else:
+        lines.append("load: none met (the model was loaded, or no load was seen)")
+    name, address = record.get("client_name"), record.get("client")
+    if name or address:
+        lines.append(f"client: {name or 'unnamed'}" + (f" ({address})" if address else ""))
+    return [line for line in lines if line]
 
 
 def head_lines(record: Record, short_id: str) -> list[str]:
@@ -98,13 +139,12 @@ def head_lines(record: Record, short_id: str) -> list[str]:
         ("started", local_iso(record["started"])),
         ("request", f"{record['method']} {record['path']}"),
         ("model", (record.get("model") or "") + (f" ({digest[:19]})" if digest else "")),
-        ("client", record.get("client")),
         ("status", status),
         ("privacy mode", record.get("mode")),
         ("sizes", sizes),
         ("Ollama's error", record.get("error_message")),
         ("sent again", record.get("retried")),
     ]  # fmt: skip
-    lines = [f"{headline(record)}", ""]
+    lines = [*headline(record), *verdict_lines(record), ""]
     lines += [f"{name:>14}: {value}" for name, value in facts if value not in (None, "")]
     return [*lines, "", "[timings]", *timing_lines(record)]

@@ -26,11 +26,13 @@ from ollama_tap.cli.admin_api import (
     warn_in_clear,
 )
 from ollama_tap.cli.options import fail
+from ollama_tap.terminal import escaped
 
 DEFAULT_URL: Final = "http://127.0.0.1:11435"
 REFRESH: Final = 1.0
 WIDTH: Final = 80
-"""The frame fits an 80-column terminal whatever the names: cells end in "…"."""
+"""The widest frame: it fits the terminal whatever the names (cells end in "…"), and a
+terminal narrower than 80 columns loses the decoration first (rate, output count)."""
 
 
 def fetch(url: URL, token: str | None, timeout: float = 3.0) -> dict[str, Any]:
@@ -45,34 +47,71 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}s" if value < 60 else f"{int(value // 60)}m{int(value % 60):02d}s"
 
 
-def frame(snapshot: dict[str, Any] | None, url: str, problem: str | None = None) -> Group:
-    """One screen: a heading line and a table of the exchanges in flight, oldest first."""
+FIXED: Final = (("phase", 9, "left"), ("pos", 3, "right"), ("elapsed", 7, "right"),
+                 ("out", 6, "right"), ("rate", 6, "right"))  # fmt: skip
+"""The columns of one width: the phase is never cut, the figures are never cut."""
+NAMES: Final = (("client", 8, 14, 0.3), ("model", 12, 28, 0.4), ("endpoint", 9, 20, 0.3))
+"""The names (least before a column is dropped, most, share of what is left): shortened
+with "…" down to their least, below it only when nothing is left to drop."""
+DROPPED: Final = ("rate", "out", "endpoint", "pos")
+"""What a narrow terminal goes without, in this order: decoration before who and what."""
+GAP: Final = 2
+
+
+def layout(width: int) -> list[tuple[str, int, str]]:
+    """(column, width, justify) in order, adding up to at most `width` with the gaps."""
+    gone: set[str] = set()
+    while True:
+        fixed = [(n, w, j) for n, w, j in FIXED if n not in gone]
+        names = [c for c in NAMES if c[0] not in gone]
+        left = width - sum(w for _, w, _ in fixed) - GAP * (len(fixed) + len(names) - 1)
+        if left >= sum(c[1] for c in names) or len(gone) == len(DROPPED):
+            break
+        gone.add(DROPPED[len(gone)])
+    share = sum(c[3] for c in names)
+    floor = left >= sum(c[1] for c in names)
+    sized = {
+        n: max(least if floor else 3, min(most, int(left * part / share)))
+        for n, least, most, part in names
+    }
+    order = ("client", "model", "endpoint", "phase", "pos", "elapsed", "out", "rate")
+    widths = {**sized, **{n: w for n, w, _ in fixed}}
+    justify = {n: j for n, _, j in fixed}
+    return [(n, widths[n], justify.get(n, "left")) for n in order if n in widths]
+
+
+def frame(
+    snapshot: dict[str, Any] | None, url: str, problem: str | None = None, width: int = WIDTH
+) -> Group:
+    """One screen of `width` columns: a heading line and a table of the exchanges in flight,
+    oldest first."""
     if snapshot is None:
         return Group(Text(f"ollama-tap top · {url}", style="bold"), Text(problem or "", "red"))
     waiting = ", ".join(f"{n} {m or '(none)'}" for m, n in sorted(snapshot["waiting"].items()))
     # The address last: in 80 columns it is what gets cut.
     head = f"{snapshot['in_flight']} in flight" + (f" · waiting: {waiting}" if waiting else "")
     head += f" · {url}"
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, width=WIDTH)
-    # Widths that add up to 80 with the gaps; the names give way first, never the phase.
-    for name, least, most, justify in (
-        ("client", 6, 12, "left"), ("model", 8, 20, "left"), ("endpoint", 8, 18, "left"),
-        ("phase", 9, 9, "left"), ("pos", 3, 3, "right"), ("elapsed", 7, 7, "right"),
-        ("out", 5, 6, "right"), ("rate", 5, 6, "right"),
-    ):  # fmt: skip
+    shown = layout(width)
+    # A gap is the box's blank divider and one space of right padding (none at the edge).
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, GAP - 1, 0, 0))
+    for name, size, justify in shown:
         table.add_column(
-            name, min_width=least, max_width=most, no_wrap=True, overflow="ellipsis",
-            justify=justify,  # type: ignore[arg-type]
+            name, width=size, min_width=size, max_width=size, no_wrap=True,
+            overflow="ellipsis", justify=justify,  # type: ignore[arg-type]
         )  # fmt: skip
     for x in snapshot["exchanges"]:
         rate = "" if x["rate"] is None else f"{x['rate']:.1f}"
         position = "" if x["position"] is None else str(x["position"])
         style = "yellow" if x["phase"] == "waiting" else None
-        cells = (x["client"], x["model"], x["endpoint"], x["phase"], position,
-                 _seconds(x["elapsed"]), str(x["outputs"]), rate)  # fmt: skip
+        cells = {"client": x["client"], "model": x["model"], "endpoint": x["endpoint"],
+                 "phase": x["phase"], "pos": position, "elapsed": _seconds(x["elapsed"]),
+                 "out": str(x["outputs"]), "rate": rate}  # fmt: skip
         # Text cells: names are printed as text, never read as rich markup.
-        table.add_row(*(Text(str(c)) for c in cells), style=style)
-    parts: list[Any] = [Text(head, style="bold", overflow="ellipsis", no_wrap=True), table]
+        row = (Text(escaped(str(cells[name]))) for name, _, _ in shown)
+        table.add_row(*row, style=style)
+    if len(head) > width:
+        head = head[: width - 1] + "…"
+    parts: list[Any] = [Text(escaped(head), style="bold", no_wrap=True), table]
     if problem:
         parts.append(Text(problem, style="red"))
     return Group(*parts)
@@ -112,10 +151,11 @@ def cmd_top(args: argparse.Namespace) -> int:
     except ApiError as exc:
         return fail("top", exc)
     warn_in_clear("top", url, token)
-    console = Console(width=min(Console().width, WIDTH) if not args.once else WIDTH)
+    width = min(Console().width, WIDTH)  # piped: 80, or COLUMNS
+    console = Console(width=width)
     if args.once:
         try:
-            console.print(frame(fetch(url, token), args.url))
+            console.print(frame(fetch(url, token), args.url, width=width))
         except ApiError as exc:
             return fail("top", exc)
         return 0
@@ -127,7 +167,9 @@ def cmd_top(args: argparse.Namespace) -> int:
                 snapshot = fetch(url, token)
             except ApiError as exc:
                 problem = str(exc)
-            live.update(frame(snapshot, args.url, problem), refresh=True)
+            width = min(Console().width, WIDTH)  # the terminal may have been resized
+            console.width = width
+            live.update(frame(snapshot, args.url, problem, width), refresh=True)
             if _quit_pressed(REFRESH, keys):
                 return 0
 

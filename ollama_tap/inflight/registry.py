@@ -8,7 +8,9 @@ from typing import Any, Final
 
 from ollama_tap.exchange import Exchange
 from ollama_tap.hooks import Phase
+from ollama_tap.names import OTHER
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
+from ollama_tap.ollama.names import canonical_model
 
 NAME: Final = "inflight"
 TRACKED: Final = INFERENCE_ENDPOINTS | EMBEDDING_ENDPOINTS
@@ -18,6 +20,8 @@ RATE_WINDOW: Final = 1.0
 
 Key = tuple[str, str]
 """(client, model) labels."""
+SHOWN_MODEL: Final = 200
+"""Characters of a model name the view shows: the name a client sent, not yet checked."""
 
 
 class Entry:
@@ -56,6 +60,10 @@ class InFlight:
     Busy time is kept per (client, model) label pair: the seconds during which at least one
     exchange of that pair was in flight, so `rate(busy)` per client over the sum is each
     app's share of the box.
+
+    The labels bound the metric series only: `snapshot` shows each exchange's client name
+    and the model name its request gave (a waiting request's model is shown before Ollama
+    has answered for that name once, when its label is still `other`).
     """
 
     name = NAME
@@ -78,7 +86,7 @@ class InFlight:
         if ex.endpoint not in TRACKED:
             return
         now = self.clock()
-        key = (ex.client_name, self.model_label(ex.model))
+        key = (ex.client_label, self.model_label(ex.model))
         self.entries[ex.id] = Entry(ex, key, now)
         self._enter(key, now)
         self.changes += 1
@@ -157,13 +165,15 @@ class InFlight:
     def snapshot(self) -> dict[str, Any]:
         """Every exchange in flight, oldest first, as `/_tap/api/inflight` answers; a
         waiting one's position counts the waiting exchanges of its model before it, from 1.
-        One pass: with 2,000 streams in flight this is the whole cost of an answer."""
+        One pass: with 2,000 streams in flight this is the whole cost of an answer.
+        Positions are counted per model name as requested, so a name only one client
+        has asked for yet is not queued behind every other unproven one."""
         now = self.clock()
         positions: dict[str, int] = {}
         rows: list[dict[str, Any]] = []
         for entry in sorted(self.entries.values(), key=_started):
             ex = entry.ex
-            client, model = entry.key
+            model = self._shown_model(ex.model, entry.key[1])
             position: int | None = None
             if ex.first_output is None:
                 position = positions[model] = positions.get(model, 0) + 1
@@ -171,7 +181,7 @@ class InFlight:
             rows.append(
                 {
                     "id": ex.id,
-                    "client": client,
+                    "client": ex.client_name,
                     "model": model,
                     "endpoint": ex.endpoint,
                     "phase": "streaming" if position is None else "waiting",
@@ -182,6 +192,14 @@ class InFlight:
                 }
             )
         return {"at": time.time(), "in_flight": len(rows), "waiting": positions, "exchanges": rows}
+
+    @staticmethod
+    def _shown_model(name: str | None, label: str) -> str:
+        """The model's label once Ollama has vouched for the name (the spelling /metrics
+        uses), else the name as requested, completed as /api/tags would print it."""
+        if label and label != OTHER:
+            return label
+        return canonical_model(name)[:SHOWN_MODEL] if name else ""
 
 
 def _started(entry: Entry) -> float:

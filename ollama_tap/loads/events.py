@@ -46,13 +46,18 @@ class Departure:
     by_request: str | None = None
     """The request that unloaded it."""
     client: str | None = None
-    """The client of that request."""
+    """The name of that request's client."""
 
 
 @dataclass(slots=True)
 class LoadEvent:
     """One load: `request`/`client` are the earliest overlapping request (None when no
-    request through the proxy overlapped it); `waited` the others that sat behind it."""
+    request through the proxy overlapped it); `waited` the others that sat behind it.
+
+    `client` is the app's name (Exchange.client_name: its header, a `--client` rule, its
+    User-Agent), which says who to talk to when every app runs on one box; `address` is the
+    peer address, which full records alone keep.
+    """
 
     model: str
     cause: Cause
@@ -62,6 +67,7 @@ class LoadEvent:
     """The same on the monotonic clock: the start of the load window."""
     request: str | None = None
     client: str | None = None
+    address: str | None = None
     endpoint: str | None = None
     changes: list[Change] = field(default_factory=list)
     departure: Departure | None = None
@@ -123,7 +129,8 @@ class LoadEvent:
             "by": d.by if d else None,
             "by_request": d.by_request if d else None,
             "request": self.request,
-            "client": self.client if with_client else None,
+            "client": self.client,
+            "address": self.address if with_client else None,
             "endpoint": self.endpoint,
             "predicted": self.predicted,
             "load_duration": self.load_duration,

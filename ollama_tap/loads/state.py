@@ -42,6 +42,8 @@ class Pending:
     key: str
     model: str
     client: str
+    """The client's name (Exchange.client_name), "" when no observer named it."""
+    address: str
     endpoint: str
     started: float
     wall: float
@@ -146,7 +148,8 @@ def alike(a: Pending, b: Pending) -> bool:
 
 def set_trigger(event: LoadEvent, p: Pending) -> None:
     """Make `p` the request that triggered `event`."""
-    event.request, event.client, event.endpoint = p.id, p.client, p.endpoint
+    event.request, event.endpoint = p.id, p.endpoint
+    event.client, event.address = p.client or None, p.address
     event.at, event.started = p.wall, p.started
 
 

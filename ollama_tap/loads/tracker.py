@@ -123,8 +123,8 @@ class LoadTracker:
         now = time.time()
         if runner.resident and runner.expired_idle(now):
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
-        p = Pending(ex.id, key, model, ex.client, ex.endpoint, ex.started, ex.started_wall,
-                    opts, runner.resident)  # fmt: skip
+        p = Pending(ex.id, key, model, ex.client_name, ex.client, ex.endpoint, ex.started,
+                    ex.started_wall, opts, runner.resident)  # fmt: skip
         # Not resident while requests for it are in flight: a load is under way.
         p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
@@ -172,7 +172,9 @@ class LoadTracker:
         )
         latest = runner.keep_alive_by in (None, p.id) or ex.done_reason == "unload"
         if unload and latest and (p.resident or runner.resident):
-            runner.unload_after = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
+            runner.unload_after = Departure(
+                Cause.UNLOADED, by_request=p.id, client=p.client or None
+            )
         if runner.unload_after is not None and not runner.flight:
             runner.resident, runner.departure = False, runner.unload_after
             runner.unload_after = None
@@ -329,7 +331,7 @@ class LoadTracker:
         self.m.loads[self._label(runner.name), str(cause)].inc()
         log.info(
             "model_load", model=runner.name, cause=str(cause), detail=event.detail,
-            request=event.request, client=event.client,
+            request=event.request, client=event.client, address=event.address,
         )  # fmt: skip
         return event
 
@@ -338,7 +340,8 @@ class LoadTracker:
         for change in p.changes:
             self.m.predicted[label, change.field].inc()
         log.warning(
-            "reload_predicted", model=p.model, client=ex.client, request=ex.id,
+            "reload_predicted", model=p.model, client=ex.client_name or None, address=ex.client,
+            request=ex.id,
             changes=[c.text for c in p.changes],
         )  # fmt: skip
 

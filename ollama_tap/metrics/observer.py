@@ -69,7 +69,7 @@ class MetricsObserver:
     (the in-flight count moves and the inter-token gaps follow: the head's status may just
     have proven the name, see ModelLabels) and at the end, so a name an /api/tags refresh
     found in the meantime gets its own label. The series of a label whose slot is freed go.
-    The client label (`ex.client_name`) is on the counters and the in-flight gauge only:
+    The client label (`ex.client_label`) is on the counters and the in-flight gauge only:
     on the histograms it would multiply every bucket series by the number of clients.
     """
 
@@ -89,7 +89,7 @@ class MetricsObserver:
 
     def request(self, ex: Exchange) -> None:
         model = self.labels.label(ex.model)
-        gauge = self.m.in_flight[ex.endpoint, model, ex.client_name]
+        gauge = self.m.in_flight[ex.endpoint, model, ex.client_label]
         gauge.inc()
         ex.metadata[NAME] = _State(model, gauge)
 
@@ -100,7 +100,7 @@ class MetricsObserver:
         model = self.labels.label(ex.model)
         if model != state.model:
             state.in_flight.dec()
-            state.in_flight = self.m.in_flight[ex.endpoint, model, ex.client_name]
+            state.in_flight = self.m.in_flight[ex.endpoint, model, ex.client_label]
             state.in_flight.inc()
             state.model = model
 
@@ -136,7 +136,7 @@ class MetricsObserver:
         state: _State | None = ex.metadata.pop(NAME, None)
         if state is not None:
             state.in_flight.dec()
-        endpoint, model, client = ex.endpoint, self.labels.label(ex.model), ex.client_name
+        endpoint, model, client = ex.endpoint, self.labels.label(ex.model), ex.client_label
         where = location(ex)
         self.m.requests[endpoint, model, client, status_label(ex), where].inc()
         if ex.outcome is not None and ex.outcome is not Outcome.OK:
@@ -177,7 +177,7 @@ class MetricsObserver:
         if (ttft := ex.ttft) is not None:
             self.m.ttft[endpoint, model].observe(ttft)
             if endpoint in INFERENCE_ENDPOINTS:
-                self.m.client_ttft[(ex.client_name,)].observe(ttft)
+                self.m.client_ttft[(ex.client_label,)].observe(ttft)
         if (ttfc := ex.ttfc) is not None:
             self.m.ttfc[endpoint, model].observe(ttfc)
         if (rate := ex.output_rate) is not None:

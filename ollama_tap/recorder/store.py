@@ -8,6 +8,8 @@ nothing recorded yet reads as empty.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -146,16 +148,26 @@ class Store:
         self.source.close()
 
 
-def parse_time(value: str) -> float:
-    """Unix seconds, or an ISO 8601 date or time (UTC unless it names an offset)."""
+_AGO: Final = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)", re.IGNORECASE)
+_UNIT: Final = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def parse_time(value: str, now: float | None = None) -> float:
+    """Unix seconds, an ISO 8601 date or time (UTC unless it names an offset), or a time
+    that long ago: `90s`, `30m`, `1h`, `2d`, `1w` (what a person asks `--since` first)."""
     try:
         return float(value)
     except ValueError:
         pass
+    ago = _AGO.fullmatch(value.strip())
+    if ago:
+        start = time.time() if now is None else now
+        return start - float(ago[1]) * _UNIT[ago[2].lower()]
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
         raise ValueError(
-            f"{value!r} is not a time; give unix seconds or ISO 8601 (2025-01-31T12:00:00Z)"
+            f"{value!r} is not a time; give a time ago (30m, 1h, 2d), unix seconds or "
+            "ISO 8601 (2025-01-31T12:00:00Z)"
         ) from None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()

@@ -14,13 +14,15 @@ from ollama_tap.recorder.redact import BODY_CAP, scrub
 
 VOLATILE: Final = frozenset({"keep_alive", "stream_options"})
 """Top-level request fields that `--match body` ignores: they do not change the reply's text."""
+NORMALISED: Final = "keep_alive and stream_options ignored, a field at null, [] or {} as absent"
+"""What `--match body` normalises, as the banner and `--help` say it."""
 
 
 class MatchMode(enum.StrEnum):
     EXACT = "exact"
-    """Every field of the body, volatile ones included."""
+    """Every field of the body, volatile and empty ones included."""
     BODY = "body"
-    """The body without the VOLATILE fields."""
+    """The body without the VOLATILE fields, a field at null, [] or {} as absent."""
     NEAREST = "nearest"
     """As `body`, and a miss is served by the closest recording on the same route."""
 
@@ -30,8 +32,38 @@ def canonical(body: Any, mode: MatchMode) -> Any:
     body = scrub(body, [])
     if not isinstance(body, dict):
         return body
-    dropped = {"model"} if mode is MatchMode.EXACT else {"model", *VOLATILE}
-    return {k: v for k, v in body.items() if k not in dropped}
+    if mode is MatchMode.EXACT:
+        return {k: v for k, v in body.items() if k != "model"}
+    return _without_empty({k: v for k, v in body.items() if k not in {"model", *VOLATILE}})
+
+
+def _without_empty(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if not _empty(v)}
+    if isinstance(value, list):
+        return [_without_empty(v) for v in value]
+    return value
+
+
+def _empty(value: Any) -> bool:
+    """What a client sends for a field it leaves at its default (the `ollama` package sends
+    `"tools": []`, others leave the field out): `--match body` counts such a field as
+    absent, at any depth of an object, as Ollama does."""
+    return value is None or value == [] or value == {}
+
+
+def empty_fields(body: Any, where: str = "") -> list[str]:
+    """The fields of a request body that `--match body` counts as absent (for the log)."""
+    found: list[str] = []
+    if isinstance(body, dict):
+        for k, v in body.items():
+            at = f"{where}.{k}" if where else k
+            found += [at] if _empty(v) else empty_fields(v, at)
+    elif isinstance(body, list):
+        for i, v in enumerate(body):
+            found += empty_fields(v, f"{where}[{i}]")
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ requests that have the figure on both sides, so a ratio compares like with like.
 
 from __future__ import annotations
 
+import io
 from typing import Any, Final
 
 from rich import box
@@ -108,14 +109,40 @@ def _times(value: float | None) -> str:
     return "–" if value is None else f"×{value:.2f}"
 
 
-def render(console: Console, doc: dict[str, Any]) -> None:
-    """The per-request table, the aggregate table and the threshold verdicts."""
-    per = Table(title=f"{doc['sent']} requests re-sent to {doc['to']}", box=box.SIMPLE_HEAD)
-    # The id is what `records show` takes, and the endpoint says what was sent: never cut.
-    least = {k: max((len(r[k]) for r in doc["requests"]), default=2) for k in ("id", "endpoint")}
+def _width(renderable: Any) -> int:
+    """The columns `renderable` takes when nothing limits it."""
+    probe = Console(width=10_000, record=True, file=io.StringIO())
+    probe.print(renderable)
+    return max((len(line) for line in probe.export_text().splitlines()), default=0)
+
+
+def render(console: Console, doc: dict[str, Any], wide: bool = False) -> None:
+    """The summary (the aggregate table and the threshold verdicts), fitted to the
+    terminal; the per-request table before it only when it fits too, or `wide`: a table
+    whose ids and figures are cut is worse than none (`--json` has every figure)."""
+    console.print(Text(f"{doc['sent']} requests re-sent to {doc['to']}", style="bold"))
+    per = _per_request(doc)
+    needs = _width(per)
+    if wide or needs <= console.width:
+        # A console of the table's own width: rich lays any table out to its console's.
+        Console(file=console.file, width=max(needs, console.width)).print(per)
+    else:
+        console.print(Text(
+            f"(per-request table: {needs} columns; --wide prints it, --json has every figure)",
+            style="dim",
+        ))  # fmt: skip
+    agg = _aggregate(doc, full=True)
+    if not wide and _width(agg) > console.width:
+        agg = _aggregate(doc, full=False)
+    Console(file=console.file, width=max(_width(agg), console.width)).print(agg)
+    _notes(console, doc)
+
+
+def _per_request(doc: dict[str, Any]) -> Table:
+    per = Table(box=box.SIMPLE_HEAD)
     for name in ("id", "endpoint", "model", "status", "ttft", "decode rate", "tokens",
                  "done_reason"):  # fmt: skip
-        per.add_column(name, no_wrap=True, overflow="ellipsis", min_width=least.get(name))
+        per.add_column(name, no_wrap=True)
     for r in doc["requests"]:
         then, now = r["recorded"], r["now"]
         cells = (
@@ -127,19 +154,28 @@ def render(console: Console, doc: dict[str, Any]) -> None:
             f"{then['done_reason'] or then['outcome']} → {now['done_reason'] or now['outcome']}",
         )  # fmt: skip
         per.add_row(*(Text(str(c)) for c in cells))
-    console.print(per)
+    return per
+
+
+def _aggregate(doc: dict[str, Any], full: bool) -> Table:
+    """Recorded vs now per figure; not `full`, the p95 values go and their ratio stays."""
     agg = Table(title="recorded vs now", box=box.SIMPLE_HEAD)
-    for name in ("figure", "n", "p50 recorded", "p50 now", "ratio", "p95 recorded", "p95 now",
-                 "ratio "):  # fmt: skip
-        agg.add_column(name, justify="left" if name == "figure" else "right")
+    names = ["figure", "n", "p50 recorded", "p50 now", "ratio"]
+    names += ["p95 recorded", "p95 now", "ratio "] if full else ["p95 ratio"]
+    for name in names:
+        agg.add_column(name, justify="left" if name == "figure" else "right", no_wrap=True)
     for name, a in doc["aggregate"].items():
         unit = a["unit"]
         row: list[str] = [name, str(a["now"]["n"])]
         for stat in STATS:
-            row += [_num(a["recorded"][stat], unit), _num(a["now"][stat], unit)]
+            if full or stat == "p50":
+                row += [_num(a["recorded"][stat], unit), _num(a["now"][stat], unit)]
             row.append(_times(a["ratio"][stat]))
         agg.add_row(*row)
-    console.print(agg)
+    return agg
+
+
+def _notes(console: Console, doc: dict[str, Any]) -> None:
     for r in doc["requests"]:
         if r["now"]["error"]:
             console.print(Text(f"{r['id']}: {r['now']['error']}"), style="red")

@@ -20,7 +20,7 @@ from ollama_tap.recorder.reads import Reads
 from ollama_tap.recorder.store import Filters, Store
 from ollama_tap.replay.access import Readers, TooLarge, token_middleware
 from ollama_tap.replay.catalog import VERSION, Catalog
-from ollama_tap.replay.matching import Library, MatchMode, request_sketch
+from ollama_tap.replay.matching import Library, MatchMode, empty_fields, request_sketch
 from ollama_tap.replay.render import Piece, Reply, Unreplayable, render
 
 log = structlog.get_logger("ollama_tap.replay")
@@ -78,6 +78,8 @@ class Replayer:
         rid = library.pick(want)
         if rid is None:
             return self._refuse(request, endpoint, library.miss(want))
+        if library.mode is not MatchMode.EXACT:
+            self._normalised(request, raw, rid)
         try:
             reply = await self.reads.run(self._reply, rid)
         except Unreplayable as exc:
@@ -101,6 +103,17 @@ class Replayer:
                 reason=raw.get("reason") or "recorded without the reply's bytes",
             )
         return render(record, reads)
+
+    @staticmethod
+    def _normalised(request: web.Request, raw: bytes, rid: str) -> None:
+        """Say which of the request's fields matching counted as absent (the `ollama`
+        package's `"tools": []`), so a hit a person did not expect can be explained."""
+        try:
+            fields = empty_fields(orjson.loads(raw)) if raw else []
+        except orjson.JSONDecodeError:
+            return
+        if fields:
+            log.info("replay_normalised", path=request.path, id=rid, absent=fields)
 
     async def _wait(self, start: float, at: float, clock: Callable[[], float]) -> None:
         if self.pacing.paced:

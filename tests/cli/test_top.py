@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
+from rich.console import Console
 
+from ollama_tap.cli.top import frame
 from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import upstream_polled
 from tests.support.serve_process import ADMIN_TOKEN
+from tests.support.tmux import printed
 
 
 async def run(*argv: str) -> tuple[int, str, str]:
@@ -125,3 +130,34 @@ async def test_live_under_tmux_at_80_by_24_and_q_quits(proxy: Proxy, two_in_flig
         assert code, "q ended top"
     finally:
         await run(*tmux, "kill-server")
+
+
+async def test_never_wider_than_the_terminal(
+    proxy: Proxy, two_in_flight: None, tmp_path: Path
+) -> None:
+    argv = top(proxy, "--once")[3:]  # after `python -m ollama_tap`
+    for width in (80, 60, 48):
+        (where := tmp_path / str(width)).mkdir()
+        screen = await asyncio.to_thread(printed, where, argv, width)
+        assert max(len(line) for line in screen) <= width, (width, screen)
+        assert shows_both("\n".join(screen)), screen
+
+
+LONG = {
+    "in_flight": 1, "waiting": {},
+    "exchanges": [{
+        "id": "x", "client": "code-helper-with-a-long-name", "endpoint": "/v1/chat/completions",
+        "model": "hf.co/bartowski/Qwen2.5-Coder-32B-Instruct-GGUF:Q4_K_M", "phase": "streaming",
+        "elapsed": 123.4, "outputs": 12345, "rate": 123.4, "position": None,
+    }],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("width", [80, 60, 40])
+def test_a_frame_gives_way_names_first_then_decoration(width: int) -> None:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(frame(LONG, "http://127.0.0.1:11435", width=width))
+    lines = console.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width
+    row = next(line for line in lines if "streaming" in line)  # the phase is never cut
+    assert "2m03s" in row and "code-" in row and "hf.co/" in row

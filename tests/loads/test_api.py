@@ -28,7 +28,7 @@ async def test_the_loads_route_needs_the_token_and_checks_its_limit(
             assert (resp.status, await resp.json()) == (200, {"loads": []})
 
 
-async def test_a_metadata_record_carries_its_load_event_without_the_client(
+async def test_a_metadata_record_carries_its_load_event_without_the_address(
     proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
     fake_ollama.scheduler = Scheduler(fake_ollama, load_seconds=1.05)
@@ -45,7 +45,8 @@ async def test_a_metadata_record_carries_its_load_event_without_the_client(
             [record] = (await resp.json())["records"]
         async with s.get(f"{proxy.url}/_tap/api/loads?model=llama3.2") as resp:
             [event] = (await resp.json())["loads"]
-    assert event["client"] is None  # metadata mode: no address, in the API as in the record
+    # metadata mode: the app's name stays, its address goes, in the API as in the record
+    assert (event["client"], event["address"]) == ("ollama-python", None)
     # The record is the event as the reply's end knew it: /api/ps is read after it.
     expected = {**event, "role": "trigger", "context_length": None}
     assert record["load_event"] == expected
@@ -62,4 +63,4 @@ async def test_full_mode_lists_the_client_address(
     async with aiohttp.ClientSession(headers=AUTH) as s:
         async with s.get(f"{proxy.url}/_tap/api/loads?model=llama3.2") as resp:
             [event] = (await resp.json())["loads"]
-    assert event["client"] == "127.0.0.1"
+    assert (event["client"], event["address"]) == ("ollama-python", "127.0.0.1")

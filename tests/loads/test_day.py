@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from ollama_tap.app import LOADS
 from ollama_tap.cli import main
+from ollama_tap.cli.figures import short_ids
 from ollama_tap.exchange import Exchange
 from tests.conftest import MakeProxy, Proxy
 from tests.inspector.browser import Page
@@ -27,8 +28,10 @@ from tests.support.waiting import eventually
 
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 LLAMA, QWEN = "llama3.2:latest", "qwen3:8b"
-APP1, APP2 = "127.0.0.1", "127.0.0.2"
-"""Two apps on one box: the client is the source address."""
+APP1, APP2 = "notes", "code-helper"
+"""Two apps on one box, each naming itself (X-Ollama-Tap-Client): the client is the name."""
+ADDRESSES = {APP1: "127.0.0.1", APP2: "127.0.0.2"}
+"""Their source addresses, which load events keep apart from the names."""
 EXPECTED = [
     (LLAMA, "first_load", APP1, ""),
     (LLAMA, "options_changed", APP2, "num_ctx 4096 → 8192"),
@@ -54,12 +57,13 @@ class Spy:
             "ollama_tap_reload_predicted_total", {"model": LLAMA, "field": "num_ctx"}
         )
         assert self.fake.scheduler is not None
-        self.seen.append((ex.client, predicted or 0.0, len(self.fake.scheduler.loads)))
+        self.seen.append((ex.client_name, predicted or 0.0, len(self.fake.scheduler.loads)))
 
 
-def app(proxy: Proxy, source: str) -> ollama.AsyncClient:
-    transport = httpx.AsyncHTTPTransport(local_address=source)
-    return ollama.AsyncClient(host=proxy.url, transport=transport)
+def app(proxy: Proxy, name: str) -> ollama.AsyncClient:
+    transport = httpx.AsyncHTTPTransport(local_address=ADDRESSES[name])
+    headers = {"X-Ollama-Tap-Client": name}
+    return ollama.AsyncClient(host=proxy.url, transport=transport, headers=headers)
 
 
 async def chat(client: ollama.AsyncClient, model: str, **kwargs: Any) -> None:
@@ -89,6 +93,7 @@ async def day(proxy: Proxy, fake: FakeOllama) -> str:
         await chat(app2, "llama3.2", options={"num_ctx": 8192})
     [warning] = [e for e in logs if e["event"] == "reload_predicted"]
     assert (warning["client"], warning["changes"]) == (APP2, ["num_ctx 4096 → 8192"])
+    assert warning["address"] == ADDRESSES[APP2]
     assert warning["log_level"] == "warning"
     await eventually(lambda: gauge(proxy, "model_context_length", LLAMA) == 8192)
     await chat(app2, "qwen3:8b")
@@ -156,6 +161,7 @@ async def test_a_day_of_two_apps_on_one_box(
     )
     events = await loads(proxy)
     assert [(e["model"], e["cause"], e["client"], e["detail"]) for e in events] == expected
+    assert [e["address"] for e in events] == [ADDRESSES[c] for _, _, c, _ in expected]
     _, changed, qwen, evicted, _, unloaded = events
     assert changed["changes"] == [{"field": "num_ctx", "from": 4096, "to": 8192}]
     assert changed["predicted"] and not any(e["predicted"] for e in events if e is not changed)
@@ -197,8 +203,9 @@ async def test_a_day_of_two_apps_on_one_box(
     monkeypatch.setenv("COLUMNS", "300")
     table = await asyncio.to_thread(cli_table, proxy)
     lines = [line.split() for line in table.splitlines()[1:] if line.strip()]
-    assert [(cells[2], cells[3]) for cells in lines[::-1]] == [(m, c) for m, c, _, _ in expected]
-    assert all(e["request"] in table for e in events)
+    assert [(cells[1], cells[2]) for cells in lines[::-1]] == [(m, c) for m, c, _, _ in expected]
+    shown = short_ids([e["request"] for e in events])  # as `records list` prints them
+    assert all(f" {shown[e['request']]} " in table for e in events)
 
     # The inspector's Loads view: one timeline row per model, a mark per load coloured by
     # cause, and each mark a link to the triggering record.

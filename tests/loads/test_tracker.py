@@ -20,7 +20,7 @@ def test_concurrent_cold_requests_are_one_load_triggered_by_the_earliest(rig: Ri
     rig.end(second, 1.3)  # the later one's reply comes first
     rig.end(first, 1.5)
     [event] = rig.tracker.events
-    assert (event.request, event.client, event.waited) == (first.id, "10.0.0.1", [second.id])
+    assert (event.request, event.address, event.waited) == (first.id, "10.0.0.1", [second.id])
     assert event.load_duration == 1.5
     assert rig.value("model_loads_total", model=A, cause="first_load") == 1
     assert first.load_event is not None and second.load_event is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 
 import aiohttp
@@ -11,6 +12,7 @@ import ollama
 import openai
 import pytest
 
+from ollama_tap.cli import build_parser
 from tests.conftest import MakeProxy, Proxy
 from tests.support.records import records
 from tests.support.serve_process import ADMIN_TOKEN, free_port
@@ -115,3 +117,38 @@ async def test_serve_refuses_a_metadata_only_database(proxy_factory: MakeProxy) 
     _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 1
     assert b"1 were recorded in metadata mode" in err and b"--record full" in err
+
+
+def test_serve_defaults_to_a_port_that_is_not_ollamas() -> None:
+    args = build_parser().parse_args(["replay", "serve"])
+    assert args.port == 11436 != 11434
+
+
+async def test_a_busy_port_is_one_line_naming_the_holder_and_the_fix(proxy: Proxy) -> None:
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    await records(proxy, 1)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        proc = await _run("serve", "--db", str(proxy.settings.db_path), "--port", str(port))
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1
+    [line] = err.decode().splitlines()
+    assert line.startswith(
+        f"ollama-tap replay serve: 127.0.0.1:{port} is in use by pid {os.getpid()}"
+    )
+    assert line.endswith("listen elsewhere with --port")
+
+
+async def test_the_banner_says_the_port_and_what_matching_normalises(proxy: Proxy) -> None:
+    await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    await records(proxy, 1)
+    proc = await _run("serve", "--db", str(proxy.settings.db_path), "--port", str(free_port()))
+    try:
+        banner = [(await asyncio.wait_for(proc.stderr.readline(), 30)).decode() for _ in range(2)]
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 30)
+    assert "serving 1 recordings" in banner[0]
+    assert "keep_alive and stream_options ignored, a field at null, [] or {} as absent" in banner[1]

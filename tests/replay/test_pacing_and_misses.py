@@ -10,6 +10,7 @@ import aiohttp
 import ollama
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from ollama_tap.recorder.store import Store
 from ollama_tap.replay.matching import MatchMode
@@ -173,3 +174,27 @@ async def test_a_client_leaving_mid_stream_is_no_error(
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     after = await _line_offsets(replay.url, GENERATE)
     assert len(after) == 6
+
+
+async def test_a_field_left_at_the_clients_default_matches_its_absence(
+    proxy: Proxy, replay_of: StartReplay
+) -> None:
+    # Recorded from a plain HTTP client, asked by the `ollama` package, which adds "tools": [].
+    messages = [{"role": "user", "content": "Why is the sky blue?"}]
+    plain = {"model": "llama3.2", "messages": messages, "stream": False}
+    status, recorded = await _post(f"{proxy.url}/api/chat", plain)
+    assert status == 200
+    replay = await replay_of(proxy, 1, paced=False)
+    with capture_logs() as logs:
+        reply = await ollama.AsyncClient(host=replay.url).chat("llama3.2", messages=messages)
+    assert reply.message.content == recorded["message"]["content"]
+    assert replay.replayer.misses == 0
+    [said] = [e for e in logs if e["event"] == "replay_normalised"]
+    assert said["absent"] == ["tools"]
+    # Any field at null, [] or {}, at any depth of an object: `options: {}`, `format: null`.
+    status, _ = await _post(f"{replay.url}/api/chat", {**plain, "options": {}, "format": None})
+    assert status == 200
+    # --match exact still tells them apart.
+    exact = await replay_of(proxy, 1, MatchMode.EXACT, paced=False)
+    status, body = await _post(f"{exact.url}/api/chat", {**plain, "tools": []})
+    assert status == 404 and body["error"].endswith("(tools is not in the recording)")

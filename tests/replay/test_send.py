@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
+from pathlib import Path
 from typing import Any
 
 import ollama
@@ -21,6 +22,7 @@ from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.fake_ollama.script import Script
 from tests.support.records import records
+from tests.support.tmux import printed
 
 TOKENS = ["The", " sky", " is", " blue", " on", " a", " clear", " day", "."]
 REQUESTS = 3
@@ -125,3 +127,19 @@ async def test_original_pace_keeps_the_recorded_intervals(
         assert [p["now"]["outcome"] for p in pairs] == ["ok", "ok"]
     assert sent[0] >= gap >= 0.4
     assert sent[1] < gap
+
+
+async def test_at_80_columns_the_summary_fits_and_the_wide_table_waits_for_wide(
+    proxy: Proxy, fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    await _recorded(proxy, fake_ollama)
+    argv = ["replay", "send", "--db", str(proxy.settings.db_path), "--to", fake_ollama.url]
+    screen = await asyncio.to_thread(printed, tmp_path, argv, 80, 40)
+    text = "\n".join(screen)
+    assert max(len(line) for line in screen) <= 80, text
+    assert "…" not in text, "no cell is cut"
+    assert f"{REQUESTS + 1} requests re-sent" in text and "recorded vs now" in text
+    assert "--wide prints it" in text and "done_reason" not in text
+    assert "decode_rate" in text and "p95 ratio" in text
+    _, table = await _run(proxy, fake_ollama, "--wide")
+    assert "done_reason" in table and all(r["id"] in table for r in await records(proxy, 1))

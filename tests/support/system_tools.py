@@ -4,10 +4,11 @@
 Prometheus, promtool, Alertmanager and amtool are unpacked from their Debian packages
 (`apt-get download` + `dpkg-deb -x`, no maintainer scripts: no user, no unit, no service
 started) into `${OLLAMA_TAP_TEST_CACHE:-~/.cache/ollama-tap-tests}/debs/root`, and the tests
-run them from there, before any on PATH. Chromium and openssl are installed through apt only
-when absent, and `--no-upgrade` leaves every installed package as it is. Chromium is not
-unpacked like the others: it needs some hundred shared-library packages whose maintainer
-scripts (ldconfig, the fontconfig cache, gdk-pixbuf's loaders) a bare unpack skips.
+run them from there, before any on PATH. Chromium, openssl and tmux (the terminal the CLI's
+tests read at 80×24) are installed through apt only when absent, and `--no-upgrade` leaves
+every installed package as it is. Chromium is not unpacked like the others: it needs some
+hundred shared-library packages whose maintainer scripts (ldconfig, the fontconfig cache,
+gdk-pixbuf's loaders) a bare unpack skips.
 
     python3 tests/support/system_tools.py     # provide or reuse; progress on stderr
 """
@@ -35,6 +36,7 @@ CHROMIUM_PATHS: Final = ("/usr/bin/chromium", "/usr/lib/chromium/chromium")
 INSTALLED_WHEN_ABSENT: Final = {
     "chromium": ("chromium", "fonts-dejavu-core"),
     "openssl": ("openssl",),
+    "tmux": ("tmux",),
 }
 """A tool missing from the system, and the packages apt installs for it."""
 
@@ -118,7 +120,11 @@ def _user() -> str:
 
 def absent() -> list[str]:
     """The tools of INSTALLED_WHEN_ABSENT this machine lacks."""
-    present = {"chromium": find_chromium(), "openssl": shutil.which("openssl")}
+    present = {
+        "chromium": find_chromium(),
+        "openssl": shutil.which("openssl"),
+        "tmux": shutil.which("tmux"),
+    }
     return [tool for tool in INSTALLED_WHEN_ABSENT if present[tool] is None]
 
 
