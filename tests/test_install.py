@@ -140,3 +140,26 @@ def test_pipx_install_of_the_clone_puts_a_working_command_on_path(
     )  # fmt: skip
     assert helped.returncode == 0, helped.stderr
     assert "serve" in helped.stdout and "records" in helped.stdout
+
+
+def test_installs_beside_proxy_py_and_both_import(clone: Path, tmp_path: Path) -> None:
+    """PyPI's proxy.py installs a top-level `proxy` package: ollama-tap's import name,
+    `ollama_tap`, leaves it alone, so one environment holds both and each imports its own."""
+    venv = tmp_path / "both"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    for wanted in ("proxy.py", str(clone)):
+        got = subprocess.run(
+            [python, "-m", "pip", "install", "-q", wanted],
+            env=_env(OLLAMA_TAP_PURE_PYTHON="1"), capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert got.returncode == 0, got.stderr
+    script = "import proxy, ollama_tap.cli; print(proxy.__file__); print(ollama_tap.cli.__file__)"
+    both = subprocess.run(
+        [python, "-c", script], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert both.returncode == 0, both.stderr
+    proxy_file, tap_file = both.stdout.split()
+    assert Path(proxy_file).parent.name == "proxy" and "site-packages" in proxy_file
+    assert Path(tap_file).parent.name == "cli" and "site-packages" in tap_file
