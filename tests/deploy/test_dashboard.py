@@ -155,3 +155,15 @@ def test_stat_panels_show_the_state_now() -> None:
     assert stats
     for panel in stats:
         assert all(t["instant"] and not t["range"] for t in panel["targets"]), panel["title"]
+
+
+def test_version_changes_are_marked_on_every_panel(tmp_path: Path) -> None:
+    [mark] = dashboard()["annotations"]["list"]
+    assert mark["enable"] and mark["titleFormat"] == "Ollama {{version}}"
+    expr = mark["expr"]
+    assert metric_names(expr) == {"ollama_tap_upstream_info"} <= reference_metrics()
+    assert expr.count('job=~"$job"') == expr.count("{") == 3
+    rule = {"record": "dashboard:version_change", "expr": substitute(expr)}
+    path = tmp_path / "annotation.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": [rule]}]}))
+    run(promtool(), "check", "rules", str(path))
