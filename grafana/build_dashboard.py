@@ -865,8 +865,8 @@ VERSION_CHANGE = (
 ).replace("{s}", sel(model=False, endpoint=False))
 """A version the tap reports now and did not 10 minutes ago, on a tap that reported another
 then: a change of Ollama's version, a tap restart between them included, and not a tap's
-first start. The same rule as the VersionChange... alert's `ollama_tap:upstream_version:
-changed1d`, over 10 minutes so that the mark sits where the change happened."""
+first start. The rule of `ollama_tap:upstream_version:changed1d` (deploy/prometheus), over
+10 minutes rather than a day, so that the mark sits where the change happened."""
 
 
 def annotations() -> dict[str, Any]:

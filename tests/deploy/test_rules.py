@@ -23,6 +23,7 @@ from tests.deploy.stack import (
 
 ALERTS = {
     "DecodeSlowdown",
+    "DecodeSlowerAfterUpgrade",
     "TTFTHigh",
     "OllamaDown",
     "OllamaTapDown",
