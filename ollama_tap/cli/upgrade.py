@@ -8,17 +8,20 @@ no version recorded, or one only; a bad option).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from datetime import datetime
 from typing import Any, Final, TextIO
 
 import orjson
 
-from ollama_tap.cli.options import add_db_option, fail, store_from
+from ollama_tap.cli.options import add_db_option, fail, resending, store_from
+from ollama_tap.config import ConfigError, parse_ollama_host
 from ollama_tap.recorder.backend import StoreError
 from ollama_tap.recorder.schema import SchemaError
-from ollama_tap.recorder.store import Filters, parse_time
+from ollama_tap.recorder.store import Filters, Store, parse_time
 from ollama_tap.terminal import printable
+from ollama_tap.upgrade.against import against, sample
 from ollama_tap.upgrade.compare import compare, slowdown
 from ollama_tap.upgrade.samples import RATES, read_sides, versions
 
@@ -59,6 +62,13 @@ def _when(at: float | None) -> str:
     return "–" if at is None else datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M")
 
 
+def _side(label: str, side: dict[str, Any]) -> str:
+    line = f"  {label + ':':<7} {side['exchanges']} exchanges {side['source']}"
+    if side["source"] != "recorded":
+        return line
+    return f"{line}, {_when(side['first'])} to {_when(side['last'])}"
+
+
 def _headline(model: dict[str, Any], least: int) -> str:
     verdict = model["verdict"]
     if verdict == "too_few_samples":
@@ -75,10 +85,8 @@ def render(doc: dict[str, Any], out: TextIO) -> None:
     before, after = doc["before"], doc["after"]
     lines = [
         f"Ollama {before['version']} → {after['version']}",
-        f"  before: {before['exchanges']} exchanges ({before['source']}), "
-        f"{_when(before['first'])} to {_when(before['last'])}",
-        f"  after:  {after['exchanges']} exchanges ({after['source']}), "
-        f"{_when(after['first'])} to {_when(after['last'])}",
+        _side("before", before),
+        _side("after", after),
         f"  slower or faster: a p50 moved over {doc['threshold']:.0%}, "
         f"on at least {doc['min_samples']} exchanges a side",
     ]
@@ -94,6 +102,10 @@ def render(doc: dict[str, Any], out: TextIO) -> None:
                 f"{_pair(r['figure'], r['before']):>18} {r['after']['n']:>5} "
                 f"{_pair(r['figure'], r['after']):>18}  {mark:>10}"
             )
+    if "against" in doc:
+        sent = doc["against"]
+        lines += ["", f"{sent['sent']} requests re-sent to {sent['url']}, {sent['failed']} failed"]
+        lines += [f"  {e['count']} × {e['error']}"[:80] for e in sent["errors"]]
     if not doc["models"]:
         lines += ["", "No successful inference exchange was recorded under either version."]
     units = "rates in tokens/s; n: exchanges behind each figure"
@@ -110,19 +122,46 @@ def cmd_upgrade_check(args: argparse.Namespace, out: TextIO | None = None) -> in
     store = store_from(args)
     filters = _filters(args)
     try:
-        before, after = versions(store, filters, args.before, args.after)
-        if before is None or after is None or before == after:
-            return fail(NAME, _nothing(before, after)) + 1
-        sides = read_sides(store, filters, before, after)
+        if args.against is not None:
+            made = _against(args, store, filters)
+            if isinstance(made, str):
+                return fail(NAME, made) + 1
+            doc = made
+        else:
+            before, after = versions(store, filters, args.before, args.after)
+            if before is None or after is None or before == after:
+                return fail(NAME, _nothing(before, after)) + 1
+            doc = compare(*read_sides(store, filters, before, after), args.threshold,
+                          args.min_samples)  # fmt: skip
     except (SchemaError, StoreError) as exc:
         return fail(NAME, exc) + 1
-    doc = compare(*sides, args.threshold, args.min_samples)
     stream = out or sys.stdout
     if args.json:
         stream.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         render(doc, stream)
     return 1 if doc["failed"] else 0
+
+
+def _against(args: argparse.Namespace, store: Store, filters: Filters) -> dict[str, Any] | str:
+    """The comparison with the replies of --against, or why there is none."""
+    try:
+        to = parse_ollama_host(args.against)
+    except ConfigError as exc:
+        return str(exc)
+    if args.after is not None:
+        return "--to is the version --against answers with: give one or the other"
+    if args.limit < 1:
+        return "--limit must be at least 1"
+    version = args.before or versions(store, filters, None, None)[1]
+    records, skipped = sample(store, filters, version, args.limit)
+    if not records:
+        why = "; ".join(f"{n} {reason}" for reason, n in skipped.most_common(3))
+        under = f" served by Ollama {version}" if version else ""
+        return f"no recorded request{under} can be re-sent" + (f" ({why})" if why else "")
+    settings = (args.threshold, args.min_samples, args.concurrency)
+    with resending(len(records), not args.json) as tick:
+        return asyncio.run(against(to, records, version, settings, tick))
 
 
 def _nothing(before: str | None, after: str | None) -> str:
@@ -165,5 +204,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--instance", help="only records made by this tap (its --instance)")
     p.add_argument("--since", type=parse_time, help="from this time (unix seconds or ISO 8601)")
     p.add_argument("--until", type=parse_time, help="before this time")
+    p.add_argument("--against", metavar="URL",
+                   help="re-send a sample of the recorded traffic (of --from, else the newest "
+                   "version) to this Ollama and compare its replies, e.g. "
+                   "http://127.0.0.1:11500")  # fmt: skip
+    p.add_argument("--limit", type=int, default=100,
+                   help="with --against: the newest N requests [default: 100]")  # fmt: skip
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="with --against: requests in flight [default: 1]")  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON document (docs/upgrades.md)")
     p.set_defaults(func=cmd_upgrade_check)

@@ -53,17 +53,14 @@ class Side:
     last: float | None = None
     values: dict[Key, dict[str, deque[float]]] = field(default_factory=dict)
 
-    def add(self, record: dict[str, Any]) -> None:
-        """Count one record and keep the figures it has."""
+    def add(self, key: Key, started: float | None, figures: dict[str, float | None]) -> None:
+        """Count one exchange and keep the figures it has."""
         self.exchanges += 1
-        started = record.get("started")
-        if isinstance(started, int | float):
+        if started is not None:
             self.first = started if self.first is None else min(self.first, started)
             self.last = started if self.last is None else max(self.last, started)
-        tokens = (record.get("prompt_tokens") or 0) + (record.get("eval_tokens") or 0)
-        key = (record.get("model") or "", ctx_class(tokens))
         group = self.values.setdefault(key, {})
-        for name, value in figures_of(record).items():
+        for name, value in figures.items():
             if value is not None:
                 group.setdefault(name, deque(maxlen=SAMPLE_CAP)).append(value)
 
@@ -71,15 +68,21 @@ class Side:
         return self.values.get(key, {}).get(figure, ())
 
 
-def figures_of(record: dict[str, Any]) -> dict[str, float | None]:
-    """The compared figures of one record (None where the rule above leaves one out)."""
-    figures = recorded(record)
-    load = record.get("load")
+def key_of(record: dict[str, Any]) -> Key:
+    """A record's model and ctx class (prompt plus output tokens)."""
+    tokens = (record.get("prompt_tokens") or 0) + (record.get("eval_tokens") or 0)
+    return record.get("model") or "", ctx_class(tokens)
+
+
+def compared(figures: dict[str, Any]) -> dict[str, float | None]:
+    """The compared figures of one exchange's (`replay.sending.figures`), None where the
+    rules above leave one out."""
+    load = figures.get("load")
     cold = load is not None and load > _COLD_S
     return {
-        "decode_rate": figures["decode_rate"],
-        "prefill_rate": figures["prefill_rate"],
-        "ttft": None if cold else figures["ttft"],
+        "decode_rate": figures.get("decode_rate"),
+        "prefill_rate": figures.get("prefill_rate"),
+        "ttft": None if cold else figures.get("ttft"),
         "load": load if cold else None,
     }
 
@@ -135,5 +138,6 @@ def read_sides(store: Store, filters: Filters, before: str, after: str) -> tuple
     sides = {before: Side(before), after: Side(after)}
     for record in _rows(store, filters, [before, after]):
         if record["endpoint"] in ollama.INFERENCE_ENDPOINTS:
-            sides[record["ollama_version"]].add(record)
+            side = sides[record["ollama_version"]]
+            side.add(key_of(record), record["started"], compared(recorded(record)))
     return sides[before], sides[after]
