@@ -74,9 +74,17 @@ def _headline(model: dict[str, Any], least: int) -> str:
     if verdict == "too_few_samples":
         most = max((min(r["before"]["n"], r["after"]["n"]) for r in model["rows"]), default=0)
         return f"too few samples (at most {most} a side, --min-samples {least})"
-    worst = model["worst"]
-    what = f"{_LABELS[worst['figure']]} {_change(worst)} at {worst['ctx']}"
-    return f"{_VERDICT[verdict]} ({what})"
+    # The figure behind the verdict: the one that moved most the slow way when slower,
+    # the fast way when faster, and either way when the same.
+    row = model["worst"]
+    counted = [r for r in model["rows"] if r["counted"]]
+    if verdict == "faster":
+        row = min(counted, key=lambda r: slowdown(r["figure"], r["ratio"]))
+    elif verdict == "same":
+        row = max(counted, key=lambda r: abs(slowdown(r["figure"], r["ratio"])))
+    if _change(row) == "=":
+        return f"{_VERDICT[verdict]} (no figure moved)"
+    return f"{_VERDICT[verdict]} ({_LABELS[row['figure']]} {_change(row)} at {row['ctx']})"
 
 
 def render(doc: dict[str, Any], out: TextIO) -> None:
@@ -194,7 +202,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the version before [default: the newest recorded other than --to]",
     )
     p.add_argument("--to", dest="after", metavar="V2",
-                   help="the version after [default: the newest recorded]")  # fmt: skip
+                   help="the version after [default: the newest recorded other than "
+                   "--from]")  # fmt: skip
     p.add_argument("--threshold", type=float, default=0.1,
                    help="a p50 moved by more than this fraction is slower or faster "
                    "[default: 0.1]")  # fmt: skip

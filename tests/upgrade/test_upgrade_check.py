@@ -82,6 +82,8 @@ async def test_an_unchanged_version_exits_0(
     code, doc = as_json(capsys, db)
     assert code == 0 and not doc["failed"]
     assert {m["verdict"] for m in doc["models"]} == {"same"}
+    code, out, _ = run(capsys, db)
+    assert code == 0 and "llama3.2:latest: same (decode 2% faster at le4k)" in out
 
 
 async def test_faster_is_a_verdict_and_not_a_failure(
@@ -91,6 +93,8 @@ async def test_faster_is_a_verdict_and_not_a_failure(
     code, doc = as_json(capsys, db)
     assert code == 0
     assert by_model(doc)["llama3.2:latest"]["verdict"] == "faster"
+    code, out, _ = run(capsys, db)
+    assert "llama3.2:latest: faster (decode 30% faster at le4k)" in out
 
 
 async def test_too_few_samples_say_so_instead_of_a_verdict(
