@@ -27,6 +27,8 @@ class Batch:
     rate: float
     n: int = 30
     prompt_tokens: int = 500
+    load: float = 0.02
+    """Seconds of load_duration: over 1 s is a cold start."""
 
 
 def _usage(batch: Batch, i: int) -> Usage:
@@ -34,7 +36,7 @@ def _usage(batch: Batch, i: int) -> Usage:
     rate = batch.rate * (1 + 0.03 * math.sin(i))
     return Usage(
         total_duration=3_000_000_000,
-        load_duration=20_000_000,
+        load_duration=round(batch.load * 1e9),
         prompt_eval_count=batch.prompt_tokens,
         prompt_eval_duration=250_000_000,
         eval_count=200,

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from ollama_tap.cli import main
+from tests.support.old_schema import build_v1
 from tests.upgrade.conftest import Batch, write_records
 
 OLD, NEW = "0.12.3", "0.13.0"
@@ -180,3 +181,46 @@ def test_bad_options_are_refused_in_one_line(
     assert code == 2 and "--threshold is a fraction" in err
     code, _, err = run(capsys, tmp_path / "x.db", "--min-samples", "0")
     assert code == 2 and "--min-samples" in err
+
+
+async def test_load_counts_cold_starts_only_and_ttft_warm_replies_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = await write_records(tmp_path, [
+        Batch(OLD, "llama3.2", 50.0, load=4.0), Batch(OLD, "llama3.2", 50.0),
+        Batch(NEW, "llama3.2", 50.0, load=6.0), Batch(NEW, "llama3.2", 50.0),
+    ])  # fmt: skip
+    code, doc = as_json(capsys, db)
+    rows = {r["figure"]: r for r in by_model(doc)["llama3.2:latest"]["rows"]}
+    assert (rows["load"]["before"]["n"], rows["load"]["after"]["n"]) == (30, 30)
+    assert rows["load"]["ratio"] == pytest.approx(1.5)
+    assert (rows["ttft"]["before"]["n"], rows["decode_rate"]["before"]["n"]) == (30, 60)
+    assert code == 1 and by_model(doc)["llama3.2:latest"]["worst"]["figure"] == "load"
+
+
+async def test_contexts_are_compared_class_by_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Long prompts decode slower; more of them after the upgrade is no slowdown.
+    db = await write_records(tmp_path, [
+        Batch(OLD, "llama3.2", 50.0), Batch(OLD, "llama3.2", 20.0, prompt_tokens=30_000),
+        Batch(NEW, "llama3.2", 20.0, n=60, prompt_tokens=30_000), Batch(NEW, "llama3.2", 50.0),
+    ])  # fmt: skip
+    code, doc = as_json(capsys, db)
+    decode = {
+        r["ctx"]: r for r in by_model(doc)["llama3.2:latest"]["rows"]
+        if r["figure"] == "decode_rate"
+    }  # fmt: skip
+    assert set(decode) == {"le4k", "le64k"}
+    assert (decode["le64k"]["before"]["n"], decode["le64k"]["after"]["n"]) == (30, 60)
+    assert code == 0 and by_model(doc)["llama3.2:latest"]["verdict"] == "same"
+
+
+async def test_a_database_left_at_an_older_schema_says_how_to_migrate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "old" / "records.db"
+    build_v1(db)
+    code, out, err = run(capsys, db)
+    assert code == 2 and not out and len(err.splitlines()) == 1
+    assert "start `ollama-tap serve` with this --db once to migrate it" in err
