@@ -33,7 +33,8 @@ def by_model(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def decode_row(model: dict[str, Any]) -> dict[str, Any]:
-    [row] = [r for r in model["rows"] if r["figure"] == "decode_rate"]
+    rows: list[dict[str, Any]] = [r for r in model["rows"] if r["figure"] == "decode_rate"]
+    [row] = rows
     return row
 
 
