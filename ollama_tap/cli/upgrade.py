@@ -79,10 +79,10 @@ def _headline(model: dict[str, Any], least: int) -> str:
     row = model["worst"]
     counted = [r for r in model["rows"] if r["counted"]]
     if verdict == "faster":
-        row = min(counted, key=lambda r: slowdown(r["figure"], r["ratio"]))
+        row = min(counted, key=lambda r: r["judged"])
     elif verdict == "same":
-        row = max(counted, key=lambda r: abs(slowdown(r["figure"], r["ratio"])))
-    if _change(row) == "=":
+        row = max(counted, key=lambda r: abs(r["judged"]))
+    if not round(row["judged"], 2):
         return f"{_VERDICT[verdict]} (no figure moved)"
     return f"{_VERDICT[verdict]} ({_LABELS[row['figure']]} {_change(row)} at {row['ctx']})"
 

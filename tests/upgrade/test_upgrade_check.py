@@ -11,6 +11,8 @@ import orjson
 import pytest
 
 from ollama_tap.cli import main
+from ollama_tap.upgrade.compare import compare
+from ollama_tap.upgrade.samples import Side
 from tests.support.old_schema import build_v1
 from tests.upgrade.conftest import Batch, write_records
 
@@ -225,3 +227,17 @@ async def test_a_database_left_at_an_older_schema_says_how_to_migrate(
     code, out, err = run(capsys, db)
     assert code == 2 and not out and len(err.splitlines()) == 1
     assert "start `ollama-tap serve` with this --db once to migrate it" in err
+
+
+def test_a_time_that_moved_a_few_milliseconds_is_the_same() -> None:
+    # 5 ms to 8 ms is 60 % longer, and jitter: same. 200 ms to 260 ms is slower.
+    before, after = Side(OLD), Side(NEW)
+    for i in range(20):
+        before.add(("m:latest", "le4k"), None, {"ttft": 0.005, "load": 2.0 + i / 1000})
+        after.add(("m:latest", "le4k"), None, {"ttft": 0.008, "load": 2.6 + i / 1000})
+    doc = compare(before, after, 0.1, 20)
+    rows = {r["figure"]: r for r in doc["models"][0]["rows"]}
+    assert rows["ttft"]["ratio"] == pytest.approx(1.6) and rows["ttft"]["change"] == "same"
+    assert rows["ttft"]["judged"] == 0.0
+    assert rows["load"]["change"] == "slower" and doc["failed"]
+    assert doc["models"][0]["worst"]["figure"] == "load"
