@@ -893,6 +893,38 @@ def variable(name: str, label: str, query: str, all_value: str | None = ".*") ->
     } | ({"allValue": all_value} if all_value is not None else {})
 
 
+VERSION_CHANGE = (
+    "(ollama_tap_upstream_info{s} unless last_over_time(ollama_tap_upstream_info{s}[10m] "
+    "offset 10m)) and on (job, instance) last_over_time(ollama_tap_upstream_info{s}[10m] "
+    "offset 10m)"
+).replace("{s}", sel(model=False, endpoint=False))
+"""A version the tap reports now and did not 10 minutes ago, on a tap that reported another
+then: a change of Ollama's version, a tap restart between them included, and not a tap's
+first start. The rule of `ollama_tap:upstream_version:changed1d` (deploy/prometheus), over
+10 minutes rather than a day, so that the mark sits where the change happened."""
+
+
+def annotations() -> dict[str, Any]:
+    """The marks drawn on every panel: Grafana's own, and each change of Ollama's version
+    (where `ollama-tap upgrade-check` compares the figures)."""
+    return {
+        "list": [
+            {
+                "name": "Ollama version change",
+                "datasource": DATASOURCE,
+                "enable": True,
+                "iconColor": "orange",
+                "expr": VERSION_CHANGE,
+                "step": "1m",
+                "titleFormat": "Ollama {{version}}",
+                "textFormat": "{{instance}} now runs Ollama {{version}}",
+                "tagKeys": "instance",
+                "useValueForTime": False,
+            }
+        ]
+    }
+
+
 def templating() -> dict[str, Any]:
     scoped = '{job=~"$job", instance=~"$instance"}'
     return {
@@ -949,7 +981,7 @@ def build() -> dict[str, Any]:
         "timezone": "browser",
         "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"},
-        "annotations": {"list": []},
+        "annotations": annotations(),
         "links": [
             {
                 "title": "Inspector",

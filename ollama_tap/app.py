@@ -149,7 +149,13 @@ def make_app(
 
     labels = labels if labels is not None else ModelLabels(settings.model_label_cap)
     poller = UpstreamPoller(settings, registry, labels)
-    recorder = Recorder(settings, registry, digest_of=poller.digest_of, spelling=labels.spelling)
+    recorder = Recorder(
+        settings,
+        registry,
+        digest_of=poller.digest_of,
+        version_of=lambda: poller.version,
+        spelling=labels.spelling,
+    )
     clients = ClientNames(
         settings.client_label_cap, header=settings.client_header, rules=settings.clients
     )

@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from ollama_tap import compiled
 from ollama_tap.config import DEFAULT_UPSTREAM, ConfigError, Settings, resolve_upstream
@@ -137,3 +139,15 @@ def fail(command: str, message: object) -> int:
     """Exit status 1, after one line on stderr naming the command (`ollama-tap decode: …`)."""
     print(f"ollama-tap {command}: {message}", file=sys.stderr)
     return 1
+
+
+@contextmanager
+def resending(total: int, shown: bool) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr for requests re-sent (when `shown`, and stderr is a terminal),
+    gone when done; yields the call that counts one more."""
+    with Progress(
+        "re-sending", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(stderr=True), disable=not (shown and sys.stderr.isatty()), transient=True,
+    ) as progress:  # fmt: skip
+        task = progress.add_task("", total=total)
+        yield lambda: progress.advance(task)

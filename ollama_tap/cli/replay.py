@@ -12,13 +12,13 @@ from typing import Any, Final, TextIO
 
 import orjson
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from ollama_tap.cli.options import (
     add_db_option,
     add_time_options,
     fail,
     positive,
+    resending,
     settings_with_db,
     store_from,
 )
@@ -164,13 +164,8 @@ def cmd_send(args: argparse.Namespace, out: TextIO | None = None) -> int:
         reasons = "; ".join(sorted({s["reason"] for s in skipped})) or "no record matches"
         return fail("replay send", f"nothing to re-send ({reasons})") + 1
     plan = Plan(to, max(1, args.concurrency), args.pace)
-    show = not args.json and sys.stderr.isatty()
-    with Progress(
-        "re-sending", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), disable=not show, transient=True,
-    ) as progress:  # fmt: skip
-        task = progress.add_task("", total=len(records))
-        pairs = asyncio.run(send_all(plan, records, lambda: progress.advance(task)))
+    with resending(len(records), not args.json) as tick:
+        pairs = asyncio.run(send_all(plan, records, tick))
     doc = document(str(to), records, pairs, skipped, args.fail_if)
     stream = out or sys.stdout
     if args.json:

@@ -139,6 +139,7 @@ def head_lines(record: Record, short_id: str) -> list[str]:
         ("started", local_iso(record["started"])),
         ("request", f"{record['method']} {record['path']}"),
         ("model", (record.get("model") or "") + (f" ({digest[:19]})" if digest else "")),
+        ("Ollama", record.get("ollama_version")),
         ("status", status),
         ("privacy mode", record.get("mode")),
         ("sizes", sizes),

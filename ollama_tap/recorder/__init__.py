@@ -51,6 +51,7 @@ class Recorder:
         registry: CollectorRegistry,
         *,
         digest_of: Callable[[str], str | None] | None = None,
+        version_of: Callable[[], str | None] | None = None,
         spelling: Callable[[str | None], str | None] = recordable,
     ) -> None:
         self.mode = settings.record_mode
@@ -58,6 +59,8 @@ class Recorder:
         self.raw_limit = settings.reply_tee_limit
         self.digest_of = digest_of
         """The model's current digest by canonical name (the upstream poller's knowledge)."""
+        self.version_of = version_of
+        """Ollama's version per the poller's last /api/version read."""
         self.spelling = spelling
         """The `model` column: the canonical name as typed, or as Ollama lists it (names.py)."""
         self.store = Store(settings.db_location, settings.db_timeout)
@@ -109,6 +112,7 @@ class Recorder:
             keep_text = self.mode is RecordMode.FULL
             timeline = Timeline(keep_text=keep_text) if scope is Scope.FULL else None
             cap = Capture(scope, None, None, timeline)
+            cap.version = self.version_of() if self.version_of is not None else None
             if timeline is not None and keep_text:
                 ex.output_text = timeline
                 if not ex.response_bytes:

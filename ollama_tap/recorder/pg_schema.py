@@ -66,6 +66,11 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX records_client_name ON records(client_name, seq)",
         "CREATE INDEX records_truncated ON records(seq) WHERE truncation IS NOT NULL",
     ),
+    # v2: the Ollama version that served the exchange (SQLite's v9).
+    (
+        "ALTER TABLE records ADD COLUMN ollama_version TEXT",
+        "CREATE INDEX records_ollama_version ON records(ollama_version, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 LOCKS: Final = 0x6F6C6C74  # "ollt": the first key of every advisory lock this program takes

@@ -43,8 +43,8 @@ COLUMNS: Final = (
     "decode", "total", "duration",
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
-    "truncation", "load_event", "client_name", "instance", "upstream", "nbytes", "doc", "timeline",
-    "reply_raw",
+    "truncation", "load_event", "client_name", "instance", "upstream", "ollama_version",
+    "nbytes", "doc", "timeline", "reply_raw",
 )  # fmt: skip
 VALUES: Final = operator.itemgetter(*COLUMNS)
 """A row's values in COLUMNS order: binding them by position spares the driver a dict lookup
@@ -183,6 +183,7 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode, origin: Origin) -> dict
         "client_name": ex.client_name or None,
         "instance": origin.instance,
         "upstream": origin.upstream,
+        "ollama_version": cap.version,
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b"") + len(reply_raw or b""),
         "doc": doc,
         "timeline": timeline,

@@ -82,6 +82,12 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # v8: the reply body's bytes as relayed with each read's offset (ollama_tap/rawreply.py),
     # full mode only, NULL otherwise: what `replay serve` sends back unchanged.
     ("ALTER TABLE records ADD COLUMN reply_raw BLOB",),
+    # v9: the Ollama version that served the exchange (the poller's last /api/version read),
+    # NULL when not known yet; `upgrade-check` groups the records by it.
+    (
+        "ALTER TABLE records ADD COLUMN ollama_version TEXT",
+        "CREATE INDEX records_ollama_version ON records(ollama_version, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -47,6 +47,8 @@ class Capture:
     """The model's digest when the request arrived."""
     timeline: Timeline | None
     """Built by the chunk hook for inference exchanges."""
+    version: str | None
+    """Ollama's version when the request arrived (the poller's last /api/version read)."""
     raw: RawReply | None
     """The reply's bytes as relayed (full mode, from the request hook on), else None: the
     recorder's own reference, kept when the driver drops `Exchange.raw_reply` at its limit
@@ -58,3 +60,4 @@ class Capture:
         # Written out: one is made per request (docs/architecture.md, mypyc).
         self.scope, self.model, self.digest, self.timeline = scope, model, digest, timeline
         self.raw = None
+        self.version = None

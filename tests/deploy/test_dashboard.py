@@ -210,3 +210,15 @@ def test_docs_describe_every_panel_under_its_row() -> None:
         elif panel["title"] not in described.get(board_row, ""):
             missing.append(f"{board_row}: {panel['title']}")
     assert missing == [], "docs/operations.md's dashboard table lacks these panels"
+
+
+def test_version_changes_are_marked_on_every_panel(tmp_path: Path) -> None:
+    [mark] = dashboard()["annotations"]["list"]
+    assert mark["enable"] and mark["titleFormat"] == "Ollama {{version}}"
+    expr = mark["expr"]
+    assert metric_names(expr) == {"ollama_tap_upstream_info"} <= reference_metrics()
+    assert expr.count('job=~"$job"') == expr.count("{") == 3
+    rule = {"record": "dashboard:version_change", "expr": substitute(expr)}
+    path = tmp_path / "annotation.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": [rule]}]}))
+    run(promtool(), "check", "rules", str(path))

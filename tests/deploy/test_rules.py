@@ -24,6 +24,7 @@ from tests.deploy.stack import (
 
 ALERTS = {
     "DecodeSlowdown",
+    "DecodeSlowerAfterUpgrade",
     "TTFTHigh",
     "OllamaDown",
     "OllamaTapDown",
