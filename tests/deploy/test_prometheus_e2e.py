@@ -55,6 +55,10 @@ MAY_BE_EMPTY = {
     "ollama_tap_model_evictions_total": "one model at a time here: nothing is evicted",
     "ollama_tap_reload_predicted_total": "no request here asks a resident model for other options",
 }
+DAY_BEFORE = {
+    "ollama_tap:decode_tokens_per_second:ratio1d_offset1d": "the day before the last 24 hours "
+    "(DecodeSlowdown's baseline): no scrape of a test reaches back that far",
+}
 
 
 # -- Prometheus ----------------------------------------------------------------------------
@@ -243,6 +247,8 @@ async def test_every_dashboard_query_returns_data(
                 continue
             result = await prom.query(substitute(q.expr))
             finite = [r for r in result if math.isfinite(float(r["value"][1]))]
+            if metric_names(q.expr) & DAY_BEFORE.keys():
+                continue
             if not finite and not names & MAY_BE_EMPTY.keys():
                 problems.append(f"{q.panel}/{q.ref}: no data ({result}) from {q.expr}")
         assert not problems, "\n".join(problems)
