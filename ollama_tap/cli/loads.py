@@ -81,7 +81,7 @@ def row(event: dict[str, Any]) -> tuple[str, ...]:
         event["model"],
         event["cause"],
         event.get("detail") or "",
-        event.get("client") or "-",
+        event.get("client_name") or event.get("client") or "-",
         event.get("request") or "-",
         "-" if load is None else f"{load:.2f}s",
         str(len(event.get("waited") or [])),

@@ -47,6 +47,8 @@ class Departure:
     """The request that unloaded it."""
     client: str | None = None
     """The client of that request."""
+    client_name: str | None = None
+    """Its app's name, when it gave one."""
 
 
 @dataclass(slots=True)
@@ -62,6 +64,8 @@ class LoadEvent:
     """The same on the monotonic clock: the start of the load window."""
     request: str | None = None
     client: str | None = None
+    client_name: str | None = None
+    """The trigger's app name (a bounded label, so kept in every record mode)."""
     endpoint: str | None = None
     changes: list[Change] = field(default_factory=list)
     departure: Departure | None = None
@@ -86,7 +90,8 @@ class LoadEvent:
         if d is not None and d.by is not None:
             return f"evicted by {d.by}"
         if d is not None and d.by_request is not None:
-            who = f" from {d.client}" if d.client else ""
+            names = [n for n in (d.client_name, d.client and f"({d.client})") if n]
+            who = f" from {' '.join(names)}" if names else ""
             return f"unloaded by request {d.by_request}{who}"
         return ""
 
@@ -107,6 +112,7 @@ class LoadEvent:
             "by_request": d.by_request if d else None,
             "request": self.request,
             "client": self.client if with_client else None,
+            "client_name": self.client_name,
             "endpoint": self.endpoint,
             "predicted": self.predicted,
             "load_duration": self.load_duration,

@@ -48,6 +48,8 @@ class Pending:
     """The predicted reload's fields (L2 applied before forwarding)."""
     behind: bool = False
     """It arrived while its runner was away with requests in flight (a load under way)."""
+    client_name: str = ""
+    """The app's name (X-Ollama-Tap-Client or a --client rule), "" when it has none."""
 
 
 @dataclass(slots=True)

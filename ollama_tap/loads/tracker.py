@@ -111,7 +111,7 @@ class LoadTracker:
         if runner.resident and runner.expired_idle(now):
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
         p = Pending(ex.id, key, model, ex.client, ex.endpoint, ex.started, ex.started_wall,
-                    opts, runner.resident)  # fmt: skip
+                    opts, runner.resident, client_name=ex.client_name)  # fmt: skip
         # Not resident while requests for it are in flight: a load is under way.
         p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
@@ -157,7 +157,9 @@ class LoadTracker:
         )
         if unload and (p.resident or runner.resident):
             runner.resident = False
-            runner.departure = Departure(Cause.UNLOADED, by_request=p.id, client=p.client)
+            runner.departure = Departure(
+                Cause.UNLOADED, by_request=p.id, client=p.client, client_name=p.client_name or None
+            )
             runner.unloading_until = time.monotonic() + UNLOADING
             self.upstream.poke_ps()
 
@@ -311,6 +313,7 @@ class LoadTracker:
     @staticmethod
     def _trigger(event: LoadEvent, p: Pending) -> None:
         event.request, event.client, event.endpoint = p.id, p.client, p.endpoint
+        event.client_name = p.client_name or None
         event.at, event.started = p.wall, p.started
 
     def _predicted(self, ex: Exchange, p: Pending) -> None:

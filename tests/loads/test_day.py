@@ -146,7 +146,10 @@ async def test_a_day_of_two_apps_on_one_box(
     unloader = await day(proxy, fake_ollama)
 
     assert fake_ollama.scheduler.loads == [LLAMA, LLAMA, QWEN, LLAMA, LLAMA, LLAMA]
-    expected = [*EXPECTED, (LLAMA, "unloaded", APP1, f"unloaded by request {unloader} from {APP2}")]
+    expected = [
+        *EXPECTED,
+        (LLAMA, "unloaded", APP1, f"unloaded by request {unloader} from ollama-python ({APP2})"),
+    ]
     # A load's context_length comes with the next /api/ps read after it (0.1 s here).
     await eventually(
         lambda: (
