@@ -16,7 +16,7 @@ UNBUILD := find ollama_tap -name '*.so' -delete && rm -f ./*__mypyc*.so .compile
 .NOTPARALLEL:
 
 .PHONY: run test lint typecheck unit unit-aiohttp-relay unit-interpreted system-deps build-deps \
-	python-check engine bench instructions env clean
+	python-check engine ollama bench instructions env clean
 
 ## python-check: $(PYTHON) is 3.11 or newer, else the way to get one (make run PYTHON=...)
 python-check:
@@ -107,6 +107,17 @@ engine: $(VENV)/.run-deps
 # fails it rather than skipping it.
 ENGINE_ENV = engine_env="$$($(PY) tests/engine/provision.py --env)" && eval "$$engine_env" &&
 
+## ollama: the real Ollama of tests/ollama_real, v0.24.0 built with `go install` (cgo, CPU) into
+## the same cache, and a second Gemma GGUF with rewritten metadata (another blob, so another
+## runner); the Go toolchain must be there (tests/ollama_real/provision.py)
+ollama: $(VENV)/.run-deps
+	@command -v gcc >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1 \
+	  || { $(APT) update -qq && $(APT) install -y -qq --no-upgrade gcc g++ >/dev/null; }
+	$(PY) tests/ollama_real/provision.py
+
+# Its paths for pytest, like ENGINE_ENV: with them set, a missing Ollama fails the tier.
+OLLAMA_ENV = ollama_env="$$($(PY) tests/ollama_real/provision.py --env)" && eval "$$ollama_env" &&
+
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check ollama_tap tests bench grafana setup.py
 	$(VENV)/bin/ruff format --check ollama_tap tests bench grafana setup.py
@@ -115,8 +126,8 @@ typecheck: $(VENV)/.test-deps
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy bench  # the benchmark scripts too: they call the package's internals
 
-unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps engine
-	$(ENGINE_ENV) $(VENV)/bin/pytest $(ARGS)
+unit: $(VENV)/.test-deps $(VENV)/.compiled system-deps engine ollama
+	$(ENGINE_ENV) $(OLLAMA_ENV) $(VENV)/bin/pytest $(ARGS)
 
 # The second and third passes run the proxy's own tests: not the deploy stack, the browser
 # or the benchmark scripts, which the first pass covers and no relay mode changes.
@@ -125,15 +136,16 @@ PROXY_TESTS_ONLY := --ignore=tests/deploy --ignore=tests/inspector --ignore=test
 
 ## the aiohttp relay (--relay aiohttp) must pass the same proxy tests as the default one,
 ## the real-engine tier among them
-unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled engine
-	$(ENGINE_ENV) PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.support.aiohttp_relay_mode \
+unit-aiohttp-relay: $(VENV)/.test-deps $(VENV)/.compiled engine ollama
+	$(ENGINE_ENV) $(OLLAMA_ENV) PYTHONPATH=. $(VENV)/bin/pytest -q -p tests.support.aiohttp_relay_mode \
 	  $(PROXY_TESTS_ONLY)
 
 ## the same proxy tests against the .py sources (an OLLAMA_TAP_PURE_PYTHON=1 install), and
 ## the tests that patch module internals, which compiled modules do not see; not the
-## real-engine tier, which the two passes above run and which patches nothing
+## real-engine and real-Ollama tiers, which the two passes above run and which patches nothing
 unit-interpreted: $(VENV)/.test-deps
-	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q $(PROXY_TESTS_ONLY) --ignore=tests/engine
+	OLLAMA_TAP_INTERPRETED=1 $(VENV)/bin/pytest -q $(PROXY_TESTS_ONLY) --ignore=tests/engine \
+	  --ignore=tests/ollama_real
 
 ## make test: install everything the tests need, then lint, type-check and run the suite
 test: lint typecheck unit unit-aiohttp-relay unit-interpreted
