@@ -364,6 +364,12 @@ class LoadTracker:
     def _label(self, name: str | None) -> str:
         return self.labels.label(name)
 
+    @property
+    def baselined(self) -> bool:
+        """Whether a first /api/ps read told what was resident before the proxy saw any
+        load: until then a load that is quick (under a second) and done goes unseen."""
+        return self._snapshots > 0
+
     def recent(self, model: str | None = None, limit: int = RING) -> list[dict[str, Any]]:
         """The newest load events first, optionally of one model (as the API lists them)."""
         wanted = model_key(model) if model else None
