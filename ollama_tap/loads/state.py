@@ -49,6 +49,9 @@ class Pending:
     behind: bool = False
     """It arrived while its runner was away with requests in flight (a load under way)."""
     client_name: str = ""
+    expiring: bool = False
+    """Its runner was idle with an `expires_at` within SLACK of its arrival: too close to call
+    it gone (it may still be reused), but if it loads, its keep_alive ran out (L1)."""
     """The app's name (X-Ollama-Tap-Client or a --client rule), "" when it has none."""
 
 
@@ -96,6 +99,8 @@ def cause_of(runner: Runner, p: Pending | None) -> tuple[Cause, Departure | None
     if p is not None and p.resident:
         if p.changes:
             return Cause.OPTIONS_CHANGED, None
+        if p.expiring:
+            return Cause.EXPIRED, Departure(Cause.EXPIRED)
         return (Cause.RUNNER_DIED if runner.failed else Cause.UNKNOWN), None
     dep = runner.departure
     if dep is not None:

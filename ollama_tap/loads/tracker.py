@@ -24,6 +24,7 @@ from ollama_tap.loads.options import (
 from ollama_tap.loads.state import (
     DIED_TEXTS,
     OOM_TEXTS,
+    SLACK,
     UNLOADING,
     Pending,
     Runner,
@@ -112,6 +113,11 @@ class LoadTracker:
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
         p = Pending(ex.id, key, model, ex.client, ex.endpoint, ex.started, ex.started_wall,
                     opts, runner.resident, client_name=ex.client_name)  # fmt: skip
+        row = runner.row
+        p.expiring = (
+            runner.resident and not runner.flight and row is not None
+            and row.expires_at is not None and row.expires_at <= now + SLACK
+        )  # fmt: skip
         # Not resident while requests for it are in flight: a load is under way.
         p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
