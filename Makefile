@@ -16,7 +16,7 @@ UNBUILD := find ollama_tap -name '*.so' -delete && rm -f ./*__mypyc*.so .compile
 .NOTPARALLEL:
 
 .PHONY: run test test-slow install-tests lint typecheck unit unit-compiled system-deps build-deps \
-	python-check engine bench instructions env clean
+	python-check engine ollama bench instructions env clean
 
 ## python-check: $(PYTHON) is 3.11 or newer, else the way to get one (make run PYTHON=...)
 python-check:
@@ -110,6 +110,17 @@ engine: $(VENV)/.run-deps
 # fails it rather than skipping it.
 ENGINE_ENV = engine_env="$$($(PY) tests/engine/provision.py --env)" && eval "$$engine_env" &&
 
+## ollama: the real Ollama of tests/ollama_real, v0.24.0 built with `go install` (cgo, CPU) into
+## the same cache, and a second Gemma GGUF with rewritten metadata (another blob, so another
+## runner); the Go toolchain must be there (tests/ollama_real/provision.py)
+ollama: $(VENV)/.run-deps
+	@command -v gcc >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1 \
+	  || { $(APT) update -qq && $(APT) install -y -qq --no-upgrade gcc g++ >/dev/null; }
+	$(PY) tests/ollama_real/provision.py
+
+# Its paths for pytest, like ENGINE_ENV: with them set, a missing Ollama fails the tier.
+OLLAMA_ENV = ollama_env="$$($(PY) tests/ollama_real/provision.py --env)" && eval "$$ollama_env" &&
+
 lint: $(VENV)/.test-deps
 	$(VENV)/bin/ruff check ollama_tap tests bench grafana setup.py
 	$(VENV)/bin/ruff format --check ollama_tap tests bench grafana setup.py
@@ -119,9 +130,9 @@ typecheck: $(VENV)/.test-deps
 	$(VENV)/bin/mypy bench  # the benchmark scripts too: they call the package's internals
 
 ## the whole suite but the slow tier, once, against the .py sources (the default: a build
-## beside them is not imported), the real-engine tier among it
-unit: $(VENV)/.test-deps system-deps engine
-	$(ENGINE_ENV) $(VENV)/bin/pytest -q -m 'not slow' $(ARGS)
+## beside them is not imported), the real-engine and real-Ollama tiers among it
+unit: $(VENV)/.test-deps system-deps engine ollama
+	$(ENGINE_ENV) $(OLLAMA_ENV) $(VENV)/bin/pytest -q -m 'not slow' $(ARGS)
 
 # What a compiled build can change: the relay, the per-chunk code and the real engine behind
 # the proxy; every other module runs interpreted in both passes.

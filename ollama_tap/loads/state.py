@@ -54,6 +54,10 @@ class Pending:
     """The predicted reload's fields (L2 applied before forwarding)."""
     behind: bool = False
     """It arrived while its runner was away with requests in flight (a load under way)."""
+    expiring: bool = False
+    """Its runner was idle with an `expires_at` within SLACK of its arrival: too close to call
+    it gone (it may still be reused), but if it loads, its keep_alive ran out (L1)."""
+    """The app's name (X-Ollama-Tap-Client or a --client rule), "" when it has none."""
 
 
 @dataclass(slots=True)
@@ -158,6 +162,8 @@ def cause_of(runner: Runner, p: Pending | None) -> tuple[Cause, Departure | None
     if p is not None and p.resident:
         if p.changes:
             return Cause.OPTIONS_CHANGED, None
+        if p.expiring:
+            return Cause.EXPIRED, Departure(Cause.EXPIRED)
         return (Cause.RUNNER_DIED if runner.failed else Cause.UNKNOWN), None
     dep = runner.departure
     if dep is not None:

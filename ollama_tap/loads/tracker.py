@@ -19,6 +19,7 @@ from ollama_tap.loads.metrics import LoadMetrics
 from ollama_tap.loads.state import (
     DIED_TEXTS,
     OOM_TEXTS,
+    SLACK,
     UNLOADING,
     Pending,
     Runner,
@@ -125,6 +126,11 @@ class LoadTracker:
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
         p = Pending(ex.id, key, model, ex.client_name, ex.client, ex.endpoint, ex.started,
                     ex.started_wall, opts, runner.resident)  # fmt: skip
+        row = runner.row
+        p.expiring = (
+            runner.resident and not runner.flight and row is not None
+            and row.expires_at is not None and row.expires_at <= now + SLACK
+        )  # fmt: skip
         # Not resident while requests for it are in flight: a load is under way.
         p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
@@ -392,6 +398,12 @@ class LoadTracker:
 
     def _label(self, name: str | None) -> str:
         return self.labels.label(name)
+
+    @property
+    def baselined(self) -> bool:
+        """Whether a first /api/ps read told what was resident before the proxy saw any
+        load: until then a load that is quick (under a second) and done goes unseen."""
+        return self._snapshots > 0
 
     def recent(
         self, model: str | None = None, limit: int = RING, *, with_client: bool = True

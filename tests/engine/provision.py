@@ -104,7 +104,7 @@ def _sdist(root: Path) -> Path:
     return archive
 
 
-def _sources(root: Path) -> Path:
+def unpack_sources(root: Path) -> Path:
     """The sdist unpacked (its llama.cpp/ folder holds the sources cmake builds)."""
     sources = sources_dir(root)
     if (sources / "CMakeLists.txt").exists():
@@ -122,7 +122,7 @@ def build_server(root: Path) -> Path:
     missing = [tool for tool in ("cmake", "c++") if shutil.which(tool) is None]
     if missing:
         raise SystemExit(f"engine: {' and '.join(missing)} not found: `make engine` installs them")
-    sources = _sources(root)
+    sources = unpack_sources(root)
     build = sources / "build"
     if not (build / "CMakeCache.txt").exists():
         run("cmake", "-S", ".", "-B", "build", *CMAKE_FLAGS, cwd=sources)

@@ -1,0 +1,182 @@
+"""The real-Ollama tier: Ollama itself, built from its Go module, two Gemma 3 270M models in it.
+
+`make unit` builds or reuses Ollama (tests/ollama_real/provision.py) and names its binary and
+the two GGUFs in OLLAMA_TAP_TEST_OLLAMA, OLLAMA_TAP_TEST_GGUF and OLLAMA_TAP_TEST_GGUF_SECOND;
+with those set, a missing build fails the tier. Run without them (a bare `pytest`), the tier is
+skipped, saying so.
+
+One `ollama serve` per session, on a free port of 127.0.0.1, its store (OLLAMA_MODELS) and
+home in the session's temporary folder; the two models are imported into it with `ollama
+create` from a Modelfile, as a user would. OLLAMA_MAX_LOADED_MODELS=1 so that loading one model
+evicts the other, OLLAMA_NUM_PARALLEL=1 so that two requests to one model queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.conftest import MakeProxy, Proxy
+from tests.ollama_real.provision import GGUF_VAR, OLLAMA_VAR, SECOND_VAR
+from tests.support.serve_process import ADMIN_TOKEN, free_port
+
+# Read at import: the suite's isolation fixture clears every OLLAMA_TAP_* variable per test.
+_OLLAMA, _GGUF, _SECOND = (os.environ.get(v) for v in (OLLAMA_VAR, GGUF_VAR, SECOND_VAR))
+
+MODEL: Final = "gemma3:270m"
+"""The first model: the GGUF as assembled."""
+SECOND: Final = "gemma3-second:270m"
+"""The same weights in another blob (its `general.name` rewritten): a runner of its own."""
+GREEDY: Final = {"temperature": 0, "seed": 7, "num_predict": 12}
+"""Options that make a reply the same every time it is asked."""
+AUTH: Final = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@dataclass(frozen=True)
+class Ollama:
+    """A running `ollama serve`: its URL, binary, environment and log."""
+
+    url: str
+    binary: Path
+    env: dict[str, str]
+    log: Path
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """The `ollama` command line against this server."""
+        return subprocess.run(
+            [str(self.binary), *args], env=self.env, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+
+    async def ps(self) -> list[dict[str, Any]]:
+        reply = await call(self.url, "GET", "/api/ps")
+        models: list[dict[str, Any]] = orjson.loads(reply.body)["models"]
+        return models
+
+    async def unload_all(self) -> None:
+        """Every resident model unloaded (keep_alive 0), directly, and gone from /api/ps."""
+        for row in await self.ps():
+            await call(self.url, "POST", "/api/generate", {"model": row["name"], "keep_alive": 0})
+        for _ in range(600):
+            if not await self.ps():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"models still resident after 30 s: {await self.ps()}")
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+    def lines(self) -> list[Any]:
+        """An NDJSON stream's objects."""
+        return [orjson.loads(line) for line in self.body.splitlines() if line.strip()]
+
+
+async def call(
+    base: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> Reply:
+    """One request on a fresh connection; the whole body read."""
+    data = None if body is None else orjson.dumps(body)
+    sent = {"Content-Type": "application/json", **(headers or {})} if data else headers
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as s,
+        s.request(method, base + path, data=data, headers=sent) as resp,
+    ):
+        return Reply(resp.status, dict(resp.headers), await resp.read())
+
+
+def _paths() -> tuple[Path, Path, Path]:
+    if not (_OLLAMA and _GGUF and _SECOND):
+        pytest.skip(
+            f"the real-Ollama tier needs {OLLAMA_VAR}, {GGUF_VAR} and {SECOND_VAR}: `make unit "
+            "ARGS=tests/ollama_real` builds Ollama (once) and sets them"
+        )
+    paths = Path(_OLLAMA), Path(_GGUF), Path(_SECOND)
+    for path in paths:
+        if not path.is_file():
+            pytest.fail(f"{path} is missing: `make ollama` builds it ({OLLAMA_VAR}, {SECOND_VAR})")
+    return paths
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/api/version", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, ConnectionError):
+        return False
+
+
+def _create(server: Ollama, name: str, gguf: Path, folder: Path) -> None:
+    modelfile = folder / f"{name.replace(':', '-')}.Modelfile"
+    modelfile.write_text(f"FROM {gguf}\n")
+    done = server.cli("create", name, "-f", str(modelfile))
+    if done.returncode != 0:
+        pytest.fail(f"ollama create {name} failed: {done.stderr[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def real_ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ollama]:
+    """One `ollama serve` for the session, both models imported. Two threads (the machine's
+    cores), keep_alive 5 m by default as Ollama ships, no pruning of blobs at start."""
+    binary, first, second = _paths()
+    home = tmp_path_factory.mktemp("ollama")
+    port = free_port()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),  # its key pair (~/.ollama) is made here, not in the real home
+        "OLLAMA_HOST": f"127.0.0.1:{port}",
+        "OLLAMA_MODELS": str(home / "models"),
+        "OLLAMA_MAX_LOADED_MODELS": "1",
+        "OLLAMA_NUM_PARALLEL": "1",
+        "OLLAMA_NOPRUNE": "1",
+    }
+    log = home / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(binary), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while not _answers(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"ollama serve did not come up; its log:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+    server = Ollama(url, binary, env, log)
+    _create(server, MODEL, first, home)
+    _create(server, SECOND, second, home)
+    yield server
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+async def tapped(proxy_factory: MakeProxy, real_ollama: Ollama) -> Proxy:
+    """The proxy, in this process as in the rest of the suite, in front of the real Ollama."""
+    return await proxy_factory(upstream=real_ollama.url)
