@@ -83,8 +83,10 @@ async def test_screenshots(
     taken = []
 
     # A box that holds one model, two apps taking turns: each turn a load, the second and
-    # third evicting the other model.
-    fake_ollama.scheduler = Scheduler(fake_ollama, max_loaded=1, load_seconds=0.3)
+    # third evicting the other model. Each load takes over a second, a cold start the reply
+    # itself shows: the view names the app and the request behind it, whatever /api/ps
+    # reads land while it runs.
+    fake_ollama.scheduler = Scheduler(fake_ollama, max_loaded=1, load_seconds=1.1)
     await swaps(fake_ollama, proxy.url)
     await loads_seen(proxy.url, 3)  # the view reads them once, when it opens
     await page.navigate(f"{proxy.url}/_tap/?token={ADMIN_TOKEN}#/loads")
