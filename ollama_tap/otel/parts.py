@@ -64,9 +64,10 @@ def span_parts(
     if operation is None or ex.ended is None:
         return None
     body = request_object(ex, config)
-    common = spans.common(ex, operation, config.upstream, config.semconv)
+    full = config.content  # the recorder's privacy mode is `full`
+    common = spans.common(ex, operation, config.upstream, config.semconv, full=full)
     server = dict(common)
-    server.update(spans.server_attributes(ex, body, context_length))
+    server.update(spans.server_attributes(ex, body, context_length, full=full))
     if config.content and operation != sc.EMBEDDINGS:
         if body is not None:
             server.update(content.input_attributes(body))

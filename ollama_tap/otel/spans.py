@@ -9,6 +9,7 @@ from yarl import URL
 
 from ollama_tap.exchange import Exchange, Outcome
 from ollama_tap.measures import request_num_ctx, timings
+from ollama_tap.names import recordable
 from ollama_tap.ollama import NATIVE_GENERATION
 from ollama_tap.otel import semconv as sc
 from ollama_tap.otel.config import Semconv
@@ -89,13 +90,18 @@ def request_parameters(options: dict[str, Any] | None, top: dict[str, Any] | Non
     return out
 
 
-def common(ex: Exchange, operation: str, upstream: URL, semconv: Semconv) -> Attributes:
-    """What the SERVER span and its CLIENT child both carry."""
+def common(
+    ex: Exchange, operation: str, upstream: URL, semconv: Semconv, *, full: bool = True
+) -> Attributes:
+    """What the SERVER span and its CLIENT child both carry. Outside the `full` privacy mode
+    the model is named as the records name it (`names.recordable`): a prompt pasted into
+    `model` never reaches a collector that the mode promises no text."""
     attrs: Attributes = {sc.OPERATION: operation, sc.PROVIDER: sc.PROVIDER_OLLAMA}
     if semconv is Semconv.DEFAULT:
         attrs[sc.SYSTEM] = sc.PROVIDER_OLLAMA
-    if ex.model:
-        attrs[sc.REQUEST_MODEL] = ex.model
+    model = ex.model if full else recordable(ex.model)
+    if model:
+        attrs[sc.REQUEST_MODEL] = model
     attrs[sc.SERVER_ADDRESS] = upstream.host or ""
     if upstream.port is not None:
         attrs[sc.SERVER_PORT] = upstream.port
@@ -125,19 +131,25 @@ def client_attributes(common: Attributes) -> Attributes:
 
 
 def server_attributes(
-    ex: Exchange, top: dict[str, Any] | None, context_length: ContextLength | None
+    ex: Exchange,
+    top: dict[str, Any] | None,
+    context_length: ContextLength | None,
+    *,
+    full: bool = True,
 ) -> Attributes:
     """The SERVER span's own attributes on top of `common`: the response, usage and the
-    proxy's figures. `top` is the request body's object when it was read."""
+    proxy's figures. `top` is the request body's object when it was read. The client's
+    address only in the `full` privacy mode, as the records keep it."""
     attrs: Attributes = {
         sc.HTTP_ROUTE: ex.endpoint,
         sc.URL_PATH: ex.path,
-        sc.CLIENT_ADDRESS: ex.client,
         **request_parameters(ex.request.options, top),
     }
+    if full:
+        attrs[sc.CLIENT_ADDRESS] = ex.client
     model = (ex.final or {}).get("model")
     if isinstance(model, str) and model:
-        attrs[sc.RESPONSE_MODEL] = model
+        attrs[sc.RESPONSE_MODEL] = model if full else recordable(model) or ""
     if ex.done_reason is not None:
         attrs[sc.FINISH_REASONS] = (ex.done_reason,)
     if (usage := ex.usage) is not None:

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
+from yarl import URL
 
-from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind
+from ollama_tap.exchange import Exchange, Outcome, OutputChunk, OutputKind, RequestFields
 from ollama_tap.otel import semconv as sc
+from ollama_tap.otel.config import Semconv
 from ollama_tap.otel.content import OUTPUT_CAP, input_attributes, output_attributes
-from ollama_tap.otel.spans import error_type, request_parameters, wall_ns
+from ollama_tap.otel.spans import common, error_type, request_parameters, server_attributes, wall_ns
 from ollama_tap.recorder import Recorder
 from tests.recorder.factory import make_settings
 from tests.support.exchanges import new_exchange
@@ -114,3 +116,22 @@ def test_a_single_reply_output_comes_from_its_final_object() -> None:
     [message] = json.loads(output_attributes(ex)[sc.OUTPUT_MESSAGES])
     assert message["parts"] == [{"type": "text", "content": "blue"}]
     assert output_attributes(new_exchange("/api/generate")) == {}
+
+
+def test_metadata_mode_spans_carry_no_address_and_no_raw_model_text() -> None:
+    """Outside `full` mode the spans say what a metadata-mode record says: the model as the
+    records name it (a prompt pasted into `model` is `other`), no client address."""
+    pasted = "Summarise this contract for me: the parties agree"
+    ex = new_exchange(
+        client="10.0.0.7", status=200, request=RequestFields(model=pasted), final={"model": pasted}
+    )
+    upstream = URL("http://127.0.0.1:11434")
+    private = {
+        **common(ex, "chat", upstream, Semconv.DEFAULT, full=False),
+        **server_attributes(ex, None, None, full=False),
+    }
+    assert private[sc.REQUEST_MODEL] == private[sc.RESPONSE_MODEL] == "other"
+    assert sc.CLIENT_ADDRESS not in private
+    assert pasted not in json.dumps(private)
+    full = {**common(ex, "chat", upstream, Semconv.DEFAULT), **server_attributes(ex, None, None)}
+    assert full[sc.REQUEST_MODEL] == pasted and full[sc.CLIENT_ADDRESS] == "10.0.0.7"
