@@ -111,9 +111,9 @@ class PgServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    """One PostgreSQL server for the session (a fresh database per test: `pg_url`)."""
+def _running() -> Iterator[PgServer]:
+    """A started server with its password user, closed after; a skip naming the fix when
+    PostgreSQL is not installed."""
     found = binaries()
     if found is None:
         pytest.skip("PostgreSQL is not installed (make system-deps installs Debian's)")
@@ -124,6 +124,12 @@ def pg_server() -> Iterator[PgServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One PostgreSQL server for the session (a fresh database per test: `pg_url`)."""
+    yield from _running()
 
 
 @pytest.fixture
@@ -134,13 +140,4 @@ def pg_url(pg_server: PgServer) -> str:
 @pytest.fixture
 def own_server() -> Iterator[PgServer]:
     """A server of the test's own, to stop and start again."""
-    found = binaries()
-    if found is None:
-        pytest.skip("PostgreSQL is not installed (make system-deps installs Debian's)")
-    server = PgServer(found)
-    try:
-        server.start()
-        server.add_password_user()
-        yield server
-    finally:
-        server.close()
+    yield from _running()
