@@ -696,7 +696,8 @@ def loads() -> list[Panel]:
         Panel(
             "Time lost to loads",
             "Seconds requests waited for a model load per interval (Ollama's load_duration "
-            "summed over replies), and the requests predicted to reload a resident runner.",
+            "summed over replies), the requests predicted to reload a resident runner, and "
+            "those --reload-guard sent with the resident runner's options instead (spared).",
             "s",
             [
                 Target(increase("ollama_tap_load_duration_seconds_sum", "model", m), "{{model}}"),
@@ -704,10 +705,14 @@ def loads() -> list[Panel]:
                     increase("ollama_tap_reload_predicted_total", "model, field", m),
                     "predicted reloads {{model}} ({{field}})",
                 ),
+                Target(
+                    increase("ollama_tap_reload_guard_rewrites_total", "model", m),
+                    "spared reloads {{model}} (reload guard)",
+                ),
             ],
             overrides=[
                 {
-                    "matcher": {"id": "byRegexp", "options": "predicted.*"},
+                    "matcher": {"id": "byRegexp", "options": "(predicted|spared).*"},
                     "properties": [{"id": "unit", "value": "short"}],
                 }
             ],

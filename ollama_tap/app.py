@@ -14,6 +14,7 @@ from ollama_tap import auth
 from ollama_tap.accesslog import AccessLog
 from ollama_tap.attribution import ClientNames
 from ollama_tap.config import RecordMode, Settings
+from ollama_tap.guard import ReloadGuard
 from ollama_tap.hooks import Hooks
 from ollama_tap.hostcheck import host_check, local_addresses
 from ollama_tap.inflight import api as inflight_api
@@ -172,6 +173,7 @@ def make_app(
     loads = LoadTracker(registry, labels, poller)
     truncation = TruncationObserver(registry, labels, poller, loads.stale_row)
     poller.on_ps(loads.ps)
+    guard = ReloadGuard(loads, registry, labels) if settings.reload_guard else None
     # Hooks orders them by the phase each declares (names, analysis, sinks: hooks.Phase).
     builtin = [
         clients,
@@ -183,6 +185,7 @@ def make_app(
         recorder,
         AccessLog(labels.label),
         *traced,
+        *([guard] if guard is not None else []),
     ]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS], app[LOADS] = poller, recorder, hooks, loads
@@ -201,5 +204,5 @@ def make_app(
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.
     app.router.add_route("*", "/_tap/{tail:.*}", auth.tap_not_found)
-    install(app, settings, hooks)  # last: everything else, any method, goes to Ollama
+    install(app, settings, hooks, guard)  # last: everything else, any method, goes to Ollama
     return app

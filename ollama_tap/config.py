@@ -125,6 +125,12 @@ class Settings(BaseSettings):
     )
     tls_cert: Path | None = Field(None, description="PEM certificate to serve HTTPS.")
     tls_key: Path | None = Field(None, description="PEM private key for --tls-cert.")
+    reload_guard: bool = Field(
+        False,
+        description="Send a request that would reload a resident model only for a smaller "
+        "num_ctx, or another num_batch or num_thread, with the loaded model's values (logged, "
+        "recorded, counted; docs/transparency.md).",
+    )
     # OpenTelemetry export (ollama_tap/otel/, docs/opentelemetry.md): off unless an endpoint is set.
     otlp_endpoint: str | None = Field(
         None,

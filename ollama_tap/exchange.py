@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ollama_tap.facts import LoadFact, Verdict
+from ollama_tap.facts import LoadFact, Rewrite, Verdict
 from ollama_tap.rawreply import RawReply
 
 
@@ -243,10 +243,11 @@ class Exchange:
     started_wall: float
     request: RequestFields
     request_body: bytes | None
-    """A bounded copy of the request body (JSON routes only), None when not teed."""
+    """A bounded copy of the request body as it went upstream (JSON routes only), None when
+    not teed; `reload_guard` says what the client had sent differently."""
     request_bytes: int
-    """Bytes of request body taken from the client: relayed upstream, or read for the record
-    after the upstream had answered (relay/tap.py)."""
+    """Bytes of request body relayed upstream (as rewritten by the reload guard), or read for
+    the record after the upstream had answered (relay/tap.py)."""
 
     status: int | None
     response_headers: dict[str, str]
@@ -283,6 +284,11 @@ class Exchange:
     propagated: PropagatedTrace | None
     """The trace ids the upstream was told, set by the relay with the request head when
     `--otel-propagate` is on and the route gets spans; None otherwise."""
+
+    reload_guard: Rewrite | None
+    """The reload guard's change to the request body (`--reload-guard`, ollama_tap/guard.py),
+    made by the relay before the request went and before `request`; None when the body went
+    as the client sent it, as every body does without the guard."""
 
     outcome: Outcome | None
     ended: float | None
@@ -341,6 +347,7 @@ class Exchange:
         self.retried = None
         self.raw_reply = None
         self.propagated = None
+        self.reload_guard = None
         self.outcome = None
         self.ended = None
         self.truncation = None

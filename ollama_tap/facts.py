@@ -77,3 +77,39 @@ class LoadFact:
         if not with_client:
             found["address"] = None
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class GuardedField:
+    """One runner option the reload guard set to the resident runner's value."""
+
+    field: str
+    sent: Any
+    """The client's value."""
+    resident: Any
+    """The resident runner's value, which went upstream instead."""
+
+    @property
+    def text(self) -> str:
+        return f"{self.field} {self.sent} → {self.resident}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """A request body the reload guard changed before it went upstream (ollama_tap/guard.py,
+    `--reload-guard`): the options that would have reloaded the resident runner of `model`,
+    and nothing else, each set to the runner's value. The only change the proxy makes to a
+    body (docs/transparency.md)."""
+
+    model: str
+    fields: tuple[GuardedField, ...]
+
+    @property
+    def text(self) -> str:
+        return ", ".join(f.text for f in self.fields)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "changes": [{"field": f.field, "from": f.sent, "to": f.resident} for f in self.fields],
+        }

@@ -120,6 +120,10 @@ def verdict_lines(record: Record) -> list[str]:
         lines.append(f"load: {said}")
     else:
         lines.append("load: none met (the model was loaded, or no load was seen)")
+    guard = record.get("reload_guard")
+    if guard:
+        changed = ", ".join(f"{c['field']} {c['from']} → {c['to']}" for c in guard["changes"])
+        lines.append(f"reload guard: sent {changed} (the loaded model's), sparing a reload")
     name, address = record.get("client_name"), record.get("client")
     if name or address:
         lines.append(f"client: {name or 'unnamed'}" + (f" ({address})" if address else ""))

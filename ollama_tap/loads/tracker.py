@@ -37,6 +37,7 @@ from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 from ollama_tap.ollama.names import model_key, valid_key
 from ollama_tap.ollama.options import (
+    Change,
     ModelFacts,
     is_zero_keep_alive,
     reload_changes,
@@ -111,14 +112,8 @@ class LoadTracker:
             return
         key = self._key(model)
         runner = self._runner(key, model)
-        facts = ModelFacts(*self.upstream.model_facts(model))
         native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
-        opts = runner_options(
-            honoured_options(ex),
-            shift_field(ex.request_body) if native else None,
-            facts,
-            parse_version(self.upstream.version),
-        )
+        opts = self._runner_options(model, honoured_options(ex), ex.request_body, native)
         if honoured_keep_alive(ex) is not None:  # the latest keep_alive is the runner's
             runner.unload_after, runner.keep_alive_by = None, ex.id
         now = time.time()
@@ -140,6 +135,27 @@ class LoadTracker:
                 self._predicted(ex, p)
         runner.flight[ex.id] = p
         ex.metadata[NAME] = p
+
+    def _runner_options(
+        self, model: str, options: dict[str, Any] | None, body: bytes | None, native: bool
+    ) -> dict[str, Any]:
+        facts = ModelFacts(*self.upstream.model_facts(model))
+        shift = shift_field(body) if native else None
+        return runner_options(options, shift, facts, parse_version(self.upstream.version))
+
+    def reload_for(self, model: str, options: dict[str, Any] | None, body: bytes) -> list[Change]:
+        """The fields that would make Ollama reload the resident runner of `model` for a
+        native request with these options and body (L2), without noting the request: what
+        the reload guard asks before the request goes (ollama_tap/guard.py). Empty when
+        the model is not resident (or remote)."""
+        if self.is_remote(model):
+            return []
+        runner = self._runners.get(self._key(model))
+        if runner is None or not runner.resident or runner.expired_idle(time.time()):
+            return []
+        ctx = runner.row.context_length if runner.row is not None else None
+        opts = self._runner_options(model, options, body, True)
+        return reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
 
     def response(self, ex: Exchange) -> None:
         p: Pending | None = ex.metadata.pop(NAME, None)

@@ -258,6 +258,10 @@ RELOAD_PREDICTED: Final = _counter(
     "ollama_tap_reload_predicted_total", (M, "field"),
     "Requests whose runner options differ from the resident runner's, by field, before forwarding.",
 )
+RELOAD_GUARD_REWRITES: Final = _counter(
+    "ollama_tap_reload_guard_rewrites_total", (M,),
+    "Requests sent with the resident runner's options instead of a reload (--reload-guard).",
+)  # fmt: skip
 
 # --- The recorder's, and the hooks'
 

@@ -42,8 +42,11 @@ def parse_request_fields(body: bytes, truncated: bool) -> RequestFields:
     if truncated:
         return RequestFields(truncated=True)
     obj = json_object(body)
-    if obj is None:
-        return RequestFields()
+    return RequestFields() if obj is None else request_fields(obj)
+
+
+def request_fields(obj: dict[str, Any]) -> RequestFields:
+    """The fields of a request body parsed as one JSON object (`parse_request_fields`)."""
     fields = {key.lower(): value for key, value in obj.items()}
     return RequestFields(
         model=nonempty_str(fields.get("model")) or nonempty_str(fields.get("name")),

@@ -71,6 +71,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE records ADD COLUMN ollama_version TEXT",
         "CREATE INDEX records_ollama_version ON records(ollama_version, seq)",
     ),
+    # v3: the reload guard's change to the request body (SQLite's v10).
+    ("ALTER TABLE records ADD COLUMN reload_guard TEXT",),
 )
 VERSION: Final = len(MIGRATIONS)
 LOCKS: Final = 0x6F6C6C74  # "ollt": the first key of every advisory lock this program takes

@@ -31,6 +31,7 @@ from ollama_tap import ollama
 from ollama_tap.config import RecordMode
 from ollama_tap.credentials import redacted_query, redacted_text
 from ollama_tap.exchange import Exchange
+from ollama_tap.facts import Rewrite, Verdict
 from ollama_tap.measures import timings
 from ollama_tap.rawreply import summary
 from ollama_tap.recorder.redact import BODY_CAP, allowed_headers, capped, scrub
@@ -44,7 +45,7 @@ COLUMNS: Final = (
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
     "truncation", "load_event", "client_name", "instance", "upstream", "ollama_version",
-    "nbytes", "doc", "timeline", "reply_raw",
+    "reload_guard", "nbytes", "doc", "timeline", "reply_raw",
 )  # fmt: skip
 VALUES: Final = operator.itemgetter(*COLUMNS)
 """A row's values in COLUMNS order: binding them by position spares the driver a dict lookup
@@ -60,9 +61,8 @@ def _context(ex: Exchange) -> list[int] | None:
     return context if isinstance(context, list) else None
 
 
-def _truncation(ex: Exchange) -> str | None:
-    verdict = ex.truncation
-    return None if verdict is None else orjson.dumps(verdict.as_json()).decode()
+def _json(fact: Verdict | Rewrite | None) -> str | None:
+    return None if fact is None else orjson.dumps(fact.as_json()).decode()
 
 
 def _parsed_request(ex: Exchange) -> Any:
@@ -177,13 +177,14 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode, origin: Origin) -> dict
         "chunks": ex.output_events,
         "error_message": ex.error_message,
         "retried": None if ex.retried is None else ex.retried.value,
-        "truncation": _truncation(ex),
+        "truncation": _json(ex.truncation),
         "load_event": _load_event(ex, full),
         # A bounded label (on the metrics too), unlike the address: kept in every mode.
         "client_name": ex.client_name or None,
         "instance": origin.instance,
         "upstream": origin.upstream,
         "ollama_version": cap.version,
+        "reload_guard": _json(ex.reload_guard),
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b"") + len(reply_raw or b""),
         "doc": doc,
         "timeline": timeline,

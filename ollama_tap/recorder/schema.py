@@ -88,6 +88,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE records ADD COLUMN ollama_version TEXT",
         "CREATE INDEX records_ollama_version ON records(ollama_version, seq)",
     ),
+    # v10: the reload guard's change to the request body (JSON, ollama_tap/guard.py), NULL
+    # for a body that went as the client sent it.
+    ("ALTER TABLE records ADD COLUMN reload_guard TEXT",),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -70,8 +70,9 @@ def summary(row: Row) -> dict[str, Any]:
     out = {name: row[name] for name in SUMMARY}
     out["streamed"] = bool(out["streamed"])
     out["truncation"] = orjson.loads(out["truncation"]) if out["truncation"] else None
-    if out["load_event"] is not None:
-        out["load_event"] = orjson.loads(out["load_event"])
+    for column in ("load_event", "reload_guard"):
+        if out[column] is not None:
+            out[column] = orjson.loads(out[column])
     return out
 
 

@@ -22,6 +22,7 @@ from ollama_tap.relay.http1.server import Front
 from ollama_tap.relay.http1.serves import OwnedPaths, Rule
 from ollama_tap.relay.http1.site import FrontSite
 from ollama_tap.relay.tap import Tap
+from ollama_tap.relay.tapped import Guard
 
 __all__ = ["FRONT", "TAP", "install", "make_site", "raise_fd_limit", "server_args"]
 
@@ -35,12 +36,15 @@ def server_args() -> dict[str, Any]:
     return {"max_field_size": MAX_FIELD}
 
 
-def install(app: web.Application, settings: Settings, hooks: Hooks) -> Tap:
-    """Set up the data path: the driver, the HTTP/1 server, the upstream pool and shutdown.
+def install(
+    app: web.Application, settings: Settings, hooks: Hooks, guard: Guard | None = None
+) -> Tap:
+    """Set up the data path: the driver, the HTTP/1 server, the upstream pool and shutdown;
+    `guard` is the reload guard when it is on.
 
     Called last: the front's rule reads the proxy's own paths from the router as it is then.
     """
-    tap = app[TAP] = Tap(settings, hooks)
+    tap = app[TAP] = Tap(settings, hooks, guard)
     pool = UpstreamPool(settings.upstream_url, settings.connect_timeout, settings.read_timeout)
     rule = Rule(OwnedPaths(app.router), check_host=settings.loopback_bind)
     app[FRONT] = Front(tap, pool, rule)

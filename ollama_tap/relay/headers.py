@@ -40,6 +40,8 @@ NOT_UPSTREAM: Final = HOP_BY_HOP | {"host", "expect"}
 """What never goes upstream as the client sent it: Host is rewritten, and an `Expect:
 100-continue` the proxy met itself (http1/server.py), so the upstream is not asked to meet it
 again (an upstream may ignore Expect, as RFC 9110 allows, and the body would then wait)."""
+NOT_UPSTREAM_REWRITTEN: Final = NOT_UPSTREAM | {"content-length"}
+"""A body the reload guard rewrote goes with its own length."""
 _BODYLESS_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
 """Methods sent without `Content-Length: 0` when they carry no body (as aiohttp's client)."""
 _WRITELINES_FROM: Final = 16 * 1024
@@ -108,16 +110,24 @@ def head(first_line: str, headers: Pairs) -> bytes:
 
 
 def upstream_head(
-    method: str, target: str, headers: Pairs, host: str, body: bytes | None, *, streamed: bool
+    method: str,
+    target: str,
+    headers: Pairs,
+    host: str,
+    body: bytes | None,
+    *,
+    streamed: bool,
+    rewritten: bool = False,
 ) -> tuple[bytes, bool]:
     """The request head sent upstream, always HTTP/1.1: Host first, rewritten; the client's
     headers in order minus hop-by-hop ones (and `Expect`); and the body framing, nothing
     else. Also whether the body goes chunked.
 
-    The client's own `Content-Length` passes through; without one, a body that streams in is
-    sent chunked, a body at hand gets its length, and a bodyless POST/PUT/... says 0.
+    The client's own `Content-Length` passes through, unless the body was `rewritten` (the
+    reload guard); without one, a body that streams in is sent chunked, a body at hand gets
+    its length, and a bodyless POST/PUT/... says 0.
     """
-    kept = kept_headers(headers, NOT_UPSTREAM)
+    kept = kept_headers(headers, NOT_UPSTREAM_REWRITTEN if rewritten else NOT_UPSTREAM)
     chunked = False
     if not any(name.lower() == "content-length" for name, _ in kept):
         if streamed:

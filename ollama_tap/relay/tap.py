@@ -24,7 +24,7 @@ from ollama_tap.relay.failures import INTERNAL_ERROR, ClientGone, UpstreamGone, 
 from ollama_tap.relay.headers import target_of
 from ollama_tap.relay.incoming import Incoming
 from ollama_tap.relay.retry import retry_reason
-from ollama_tap.relay.tapped import Stage, Tapped
+from ollama_tap.relay.tapped import Guard, Stage, Tapped
 
 log = structlog.get_logger("ollama_tap.relay")
 
@@ -90,9 +90,11 @@ class Transport(Protocol):
 class Tap:
     """The per-app half: settings, hooks, where requests go, what is in flight, shutdown."""
 
-    def __init__(self, settings: Settings, hooks: Hooks) -> None:
+    def __init__(self, settings: Settings, hooks: Hooks, guard: Guard | None = None) -> None:
         self.settings = settings
         self.hooks = hooks
+        self.guard = guard
+        """The reload guard (`--reload-guard`), None when off."""
         self.target = target_of(settings)
         self.shutting_down = False
         """Set when shutdown begins: an exchange cancelled from then on ends as `shutdown`."""
@@ -100,7 +102,7 @@ class Tap:
 
     def exchange(self, incoming: Incoming) -> Tapped:
         """A new exchange for a request the transport parsed."""
-        return Tapped(self.settings, self.hooks, self.target, incoming)
+        return Tapped(self.settings, self.hooks, self.target, incoming, self.guard)
 
     async def drive(self, relay: Transport) -> None:
         """Run one exchange to its end; whatever happens, it ends once with an outcome."""

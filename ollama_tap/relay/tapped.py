@@ -16,7 +16,7 @@ import asyncio
 import enum
 import time
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, Protocol
 
 import structlog
 from aiohttp import hdrs
@@ -27,12 +27,21 @@ from ollama_tap.config import Settings
 from ollama_tap.credentials import redacted_path
 from ollama_tap.exchange import Exchange, Outcome, OutputChunk
 from ollama_tap.hooks import Hooks
-from ollama_tap.relay.bodies import TeedBody
+from ollama_tap.relay.bodies import TeedBody, Upload
 from ollama_tap.relay.failures import StageError
 from ollama_tap.relay.headers import UpstreamTarget
 from ollama_tap.relay.incoming import Incoming
 
 log = structlog.get_logger("ollama_tap.relay")
+
+
+class Guard(Protocol):
+    """The reload guard as the relay uses it (ollama_tap/guard.py)."""
+
+    def covers(self, method: str, raw_path: str) -> bool: ...
+
+    def rewrite(self, ex: Exchange, body: bytes) -> bytes: ...
+
 
 REST_OF_BODY_SECONDS: Final = 10.0
 """How long the rest of an upload that the upstream answered before it ended is read, for
@@ -60,7 +69,12 @@ class Tapped:
     reply's reader, and the hooks fired at each stage."""
 
     def __init__(
-        self, settings: Settings, hooks: Hooks, target: UpstreamTarget, incoming: Incoming
+        self,
+        settings: Settings,
+        hooks: Hooks,
+        target: UpstreamTarget,
+        incoming: Incoming,
+        guard: Guard | None = None,
     ) -> None:
         self.hooks = hooks
         self.body_tee_limit = settings.body_tee_limit
@@ -83,6 +97,12 @@ class Tapped:
             ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
         )
         self.tee_buf: bytearray | None = bytearray() if self.tee else None
+        self.guard = (
+            guard
+            if guard is not None and self.tee and guard.covers(incoming.method, url.raw_path)
+            else None
+        )
+        """The reload guard, when it is on and may rewrite this request's body."""
         self.content = incoming.content
         self.has_body = incoming.has_body
         self.reader: ollama.Reader | None = None
@@ -119,10 +139,31 @@ class Tapped:
             return None
         if content.is_eof():
             data = await content.read()
+            if self.guard is not None:
+                data = self.guard.rewrite(self.ex, data)
             self.tee_piece(data)
             return data
+        if self.guard is not None:
+            return await self.guarded_upload(self.guard)
         self.streaming = TeedBody(self, content)
         return self.streaming
+
+    async def guarded_upload(self, guard: Guard) -> bytes | AsyncIterator[bytes]:
+        """A body the reload guard may rewrite, streaming in: read whole first (the guard
+        reads the whole object), up to the tee limit; a longer one goes on streaming, as it
+        came, the bytes read so far first."""
+        pieces: list[bytes] = []
+        size = 0
+        async for data in self.content.iter_any():
+            pieces.append(data)
+            size += len(data)
+            if size > self.body_tee_limit:
+                self.tee_piece(b"".join(pieces))  # past the limit: the tee gives up
+                self.streaming = TeedBody(self, self.content)
+                return Upload(self.streaming, b"".join(pieces))
+        data = guard.rewrite(self.ex, b"".join(pieces))
+        self.tee_piece(data)
+        return data
 
     def tee_piece(self, data: bytes) -> None:
         self.ex.request_bytes += len(data)

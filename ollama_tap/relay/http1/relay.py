@@ -140,8 +140,15 @@ class Http1Relay(ReplySink):
     async def write_request(self, body: bytes | None, upload: Upload | None) -> Reply:
         """Send the request on a pooled connection (a fresh one when it is sent again); a
         streamed body follows from its own task."""
-        request, resent = self.request, self.tapped.ex.retried is not None
-        head, chunked = request_head(self.target, request, body, streamed=upload is not None)
+        ex = self.tapped.ex
+        request, resent = self.request, ex.retried is not None
+        head, chunked = request_head(
+            self.target,
+            request,
+            body,
+            streamed=upload is not None,
+            rewritten=ex.reload_guard is not None,
+        )
         conn = await (self.pool.connect() if resent else self.pool.acquire())
         self.conn = conn
         reply = self.reply = conn.send(

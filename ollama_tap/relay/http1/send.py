@@ -28,7 +28,12 @@ def send_on_arrival(pool: UpstreamPool, target: UpstreamTarget, request: FrontRe
 
 
 def request_head(
-    target: UpstreamTarget, request: FrontRequest, body: bytes | None, *, streamed: bool
+    target: UpstreamTarget,
+    request: FrontRequest,
+    body: bytes | None,
+    *,
+    streamed: bool,
+    rewritten: bool = False,
 ) -> tuple[bytes, bool]:
     """The head this request goes upstream with, and whether its body goes chunked."""
     return upstream_head(
@@ -38,4 +43,5 @@ def request_head(
         target.host,
         body,
         streamed=streamed,
+        rewritten=rewritten,
     )

@@ -63,6 +63,7 @@ class Front:
 
     def __init__(self, tap: Tap, pool: UpstreamPool, rule: Rule) -> None:
         self.tap, self.pool, self.rule = tap, pool, rule
+        self.guard = tap.guard
         self.clients = Clients()
         self.connections = self.clients.connections
         self.debug = tap.settings.log_level == "debug"
@@ -286,7 +287,15 @@ class FrontConnection(asyncio.Protocol):
             request.body.feed_eof()
             self.current = None
             front = self.front
-            sent = request is self.fresh and send_on_arrival(front.pool, front.tap.target, request)
+            # A request the reload guard may rewrite waits for its exchange (Tapped.upload).
+            sent = (
+                request is self.fresh
+                and (
+                    front.guard is None
+                    or not front.guard.covers(request.method, request.rel_url.raw_path)
+                )
+                and send_on_arrival(front.pool, front.tap.target, request)
+            )
             if sent and front.debug:  # not even a filtered call otherwise: it runs per request
                 log.debug("sent_on_arrival", path=request.rel_url.raw_path)
         self.clock.stop()
