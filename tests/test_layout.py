@@ -107,6 +107,7 @@ OBSERVERS: Final = {
     "metrics": "ollama_tap.metrics.observer",
     "recorder": "ollama_tap.recorder",
     "otel": "ollama_tap.otel",
+    "reload guard": "ollama_tap.guard",
 }
 """Each observer's own modules: a package (every module under it) or one module. The rest of
 `metrics/` (families, registered) is how every observer counts, not the metrics observer."""

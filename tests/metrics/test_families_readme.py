@@ -27,9 +27,11 @@ def readme_names() -> set[str]:
 
 
 def registered(tmp_path: Path) -> dict[str, str]:
-    """The ollama_tap_* families a whole proxy registers, by name, with their types."""
+    """The ollama_tap_* families a whole proxy registers, by name, with their types (the
+    reload guard's only when it is on: on here)."""
     registry = CollectorRegistry()
-    make_app(Settings.model_validate({"db": tmp_path / "records.db"}), registry=registry)
+    settings = Settings.model_validate({"db": tmp_path / "records.db", "reload_guard": True})
+    make_app(settings, registry=registry)
     return {
         # The library names a counter's family without its _total.
         metric.name + ("_total" if metric.type == "counter" else ""): metric.type
