@@ -16,7 +16,7 @@ UNBUILD := find ollama_tap -name '*.so' -delete && rm -f ./*__mypyc*.so .compile
 .NOTPARALLEL:
 
 .PHONY: run test test-slow install-tests lint typecheck unit unit-compiled system-deps build-deps \
-	python-check engine ollama bench instructions env clean
+	python-check engine ollama bench bench-boxes instructions env clean
 
 ## python-check: $(PYTHON) is 3.11 or newer, else the way to get one (make run PYTHON=...)
 python-check:
@@ -174,6 +174,10 @@ test: lint typecheck unit unit-compiled install-tests
 ## make bench: the overhead benchmark (direct vs nginx vs ollama-tap), prints ratios
 bench: $(VENV)/.test-deps $(VENV)/.compiled
 	$(PY) bench/overhead.py $(ARGS)
+
+## make bench-boxes: three boxes behind nginx round-robin vs ollama-tap's routing (bench/boxes.py)
+bench-boxes: $(VENV)/.test-deps
+	$(PY) bench/boxes.py $(ARGS)
 
 ## make instructions: instructions per request under valgrind's callgrind (bench/instructions.py)
 instructions: $(VENV)/.test-deps $(VENV)/.compiled

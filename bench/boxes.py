@@ -15,9 +15,10 @@ all, and the TTFT the clients saw (p50, p95, max). Round-robin sends a model to 
 another one is resident about two times in three, so most requests wait for a load; routing
 by residency loads each model once.
 
-    make .venv/.test-deps && .venv/bin/python bench/boxes.py          # both front doors
-    .venv/bin/python bench/boxes.py --only nginx --requests 6 --json boxes.json
+    make bench-boxes                                                   # both front doors
+    make bench-boxes ARGS="--only nginx --requests 6 --json boxes.json"
     .venv/bin/python bench/boxes.py --load-seconds 8                  # larger models
+    .venv/bin/python bench/boxes.py --tap-tree /tmp/boxes-src         # another build's tap
 
 The fakes run in this process, on its event loop, as the clients do: they sleep through
 loads and write a few lines, so at these time scales (seconds) their CPU does not matter.
@@ -43,7 +44,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from overhead import debian_tool, free_port, pct, tap_command, wait_up
+from overhead import ROOT, debian_tool, free_port, pct, tap_command, wait_up
 
 from tests.support.fake_ollama.models import new_model
 from tests.support.fake_ollama.scheduler import Scheduler
@@ -156,11 +157,17 @@ def start_nginx(boxes: list[Box], tmp: Path) -> tuple[subprocess.Popen[bytes], s
     return proc, f"http://127.0.0.1:{port}"
 
 
-def start_tap(boxes: list[Box], tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_tap(
+    boxes: list[Box], tmp: Path, tree: Path | None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`ollama-tap serve` in front of the boxes: this checkout's, or the package in `tree`
+    (a source tree run with this interpreter: `python -m` puts its directory first)."""
     command, env, port = tap_command("boxes", 0, tmp, {"OLLAMA_TAP_POLL_INTERVAL": "0.5"})
     at = command.index("--upstream")
     command[at : at + 2] = [arg for b in boxes for arg in ("--upstream", f"{b.name}={b.url}")]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        command, env=env, cwd=tree or ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -176,7 +183,9 @@ async def tags_listed(url: str) -> None:
     raise RuntimeError(f"{url} never listed {', '.join(MODELS)}")
 
 
-async def front_door(name: str, requests: int, load_seconds: float) -> dict[str, Any]:
+async def front_door(
+    name: str, requests: int, load_seconds: float, tree: Path | None = None
+) -> dict[str, Any]:
     """One front door in front of three fresh boxes: its figures, or why it did not run."""
     boxes = [await start_box(b, load_seconds) for b in BOXES]
     proc: subprocess.Popen[bytes] | None = None
@@ -188,7 +197,7 @@ async def front_door(name: str, requests: int, load_seconds: float) -> dict[str,
                     return {"skipped": "nginx is not installed (apt-get install nginx-light)"}
                 proc, url = started
             else:
-                proc, url = start_tap(boxes, Path(tmp))
+                proc, url = start_tap(boxes, Path(tmp), tree)
             try:
                 await wait_up(url)
                 await tags_listed(url)
@@ -224,6 +233,8 @@ def _why_down(proc: subprocess.Popen[bytes]) -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     cfg = report["config"]
+    if cfg.get("tap_tree"):
+        print(f"ollama-tap from {cfg['tap_tree']}")
     print(
         f"{CLIENTS} clients x {cfg['requests']} requests, models in turn; "
         f"{len(BOXES)} boxes, max_loaded=1, load {cfg['load_seconds']:g} s"
@@ -246,6 +257,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--load-seconds", type=float, default=3.0, help="each model load")
     parser.add_argument("--only", choices=("nginx", "ollama-tap"))
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--tap-tree",
+        type=Path,
+        metavar="DIR",
+        help="run ollama-tap from this source tree (e.g. `git archive BRANCH | tar -x -C DIR`)",
+    )
     return parser.parse_args()
 
 
@@ -253,10 +270,15 @@ def main() -> int:
     args = parse_args()
     doors = [args.only] if args.only else ["nginx", "ollama-tap"]
     results = {
-        door: asyncio.run(front_door(door, args.requests, args.load_seconds)) for door in doors
+        door: asyncio.run(front_door(door, args.requests, args.load_seconds, args.tap_tree))
+        for door in doors
     }
     report = {
-        "config": {"requests": args.requests, "load_seconds": args.load_seconds},
+        "config": {
+            "requests": args.requests,
+            "load_seconds": args.load_seconds,
+            "tap_tree": str(args.tap_tree) if args.tap_tree else None,
+        },
         "results": results,
     }
     print_report(report)

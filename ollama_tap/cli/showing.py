@@ -123,7 +123,7 @@ def verdict_lines(record: Record) -> list[str]:
     guard = record.get("reload_guard")
     if guard:
         changed = ", ".join(f"{c['field']} {c['from']} → {c['to']}" for c in guard["changes"])
-        lines.append(f"reload guard: sent {changed} (the loaded model's), sparing a reload")
+        lines.append(f"reload guard: {changed} (the loaded model's)")
     name, address = record.get("client_name"), record.get("client")
     if name or address:
         lines.append(f"client: {name or 'unnamed'}" + (f" ({address})" if address else ""))

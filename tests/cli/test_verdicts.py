@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from ollama_tap.exchange import Outcome, Usage
-from ollama_tap.facts import LoadFact, LoadRole, TruncationKind, Verdict
+from ollama_tap.facts import GuardedField, LoadFact, LoadRole, Rewrite, TruncationKind, Verdict
 from ollama_tap.recorder import Recorder
 from ollama_tap.recorder.store import Filters, Store
 from tests.recorder.factory import chat_body, drive, exchange, make_settings, native_usage, pieces
@@ -45,6 +45,8 @@ async def _record(tmp_path: Path) -> Path:
     for i in range(4):
         fine = exchange(body=chat_body(), usage=native_usage(), started_wall=now - 20 + i)
         fine.client_name = "notes"
+        if i == 0:
+            fine.reload_guard = Rewrite("llama3.2:latest", (GuardedField("num_ctx", 4096, 8192),))
         drive(rec, fine, pieces(5, start=0.3))
     failed = exchange(body=chat_body(), outcome=Outcome.UPSTREAM_UNREACHABLE, status=502,
                       started_wall=now - 5)  # fmt: skip
@@ -83,3 +85,12 @@ def test_show_opens_with_the_verdicts(tmp_path: Path) -> None:
     assert "load: options_changed (num_ctx 4096 → 8192), 4.20 s, triggered by this request" in head
     assert "client: code-helper (10.1.2.3)" in head, head
     assert max(len(line) for line in screen) <= 80
+
+
+def test_show_says_what_the_reload_guard_sent(tmp_path: Path) -> None:
+    db, records = _db(tmp_path)
+    [guarded] = [r for r in records if r["reload_guard"]]
+    screen = printed(
+        tmp_path, ["records", "show", "--db", str(db), str(guarded["id"])], height=150
+    )
+    assert "reload guard: num_ctx 4096 → 8192 (the loaded model's)" in screen[:10], screen
