@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from typing import Any
 
 import aiohttp
@@ -194,14 +195,26 @@ async def test_off_by_default_the_body_goes_byte_for_byte(
     assert proxy.sample("ollama_tap_reload_guard_rewrites_total", {"model": LLAMA}) is None
 
 
-def raw_exchange(port: int, request: bytes) -> bytes:
-    """One HTTP/1.1 request written as given (a chunked body), the reply read to its close."""
+def raw_exchange(port: int, *pieces: bytes) -> bytes:
+    """One HTTP/1.1 request written as given, in pieces a moment apart (a body that streams
+    in), the reply read to its close."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(request)
+        for piece in pieces:
+            sock.sendall(piece)
+            time.sleep(0.05)
         out = b""
         while chunk := sock.recv(65536):
             out += chunk
     return out
+
+
+def chunked(*parts: bytes) -> list[bytes]:
+    """A POST /api/generate with a chunked body: its head, each chunk, the last chunk."""
+    head = (
+        b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    return [head, *(b"%x\r\n%b\r\n" % (len(p), p) for p in parts), b"0\r\n\r\n"]
 
 
 async def test_a_chunked_body_is_read_whole_and_sent_with_its_length(
@@ -210,16 +223,24 @@ async def test_a_chunked_body_is_read_whole_and_sent_with_its_length(
     proxy = await proxy_factory(reload_guard=True)
     await loaded_at(proxy, fake_ollama, 8192)
     body = b'{"model":"llama3.2","prompt":"hi","stream":false,"options":{"num_ctx":2048}}'
-    parts = [body[:20], body[20:]]
-    chunked = b"".join(b"%x\r\n%b\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
-    request = (
-        b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n" + chunked
-    )
-    reply = await asyncio.to_thread(raw_exchange, proxy.port, request)
+    reply = await asyncio.to_thread(raw_exchange, proxy.port, *chunked(body[:20], body[20:]))
     assert reply.startswith(b"HTTP/1.1 200")
     sent = sent_up(fake_ollama)
     assert sent.body == body.replace(b"2048", b"8192")
     headers = {k.lower(): v for k, v in sent.headers}
     assert headers["content-length"] == str(len(sent.body)) and "transfer-encoding" not in headers
     assert fake_ollama.scheduler is not None and fake_ollama.scheduler.loads == [LLAMA]
+
+
+async def test_a_body_past_the_tee_limit_streams_on_as_it_came(
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
+) -> None:
+    proxy = await proxy_factory(reload_guard=True, body_tee_limit=64)
+    await loaded_at(proxy, fake_ollama, 8192)
+    body = b'{"model":"llama3.2","prompt":"' + b"x" * 200 + b'","stream":false,'
+    body += b'"options":{"num_ctx":2048}}'
+    parts = chunked(body[:50], body[50:120], body[120:])
+    reply = await asyncio.to_thread(raw_exchange, proxy.port, *parts)
+    assert reply.startswith(b"HTTP/1.1 200")
+    assert sent_up(fake_ollama).body == body
+    assert proxy.sample("ollama_tap_reload_guard_rewrites_total", {"model": LLAMA}) is None
