@@ -90,7 +90,5 @@ def test_show_opens_with_the_verdicts(tmp_path: Path) -> None:
 def test_show_says_what_the_reload_guard_sent(tmp_path: Path) -> None:
     db, records = _db(tmp_path)
     [guarded] = [r for r in records if r["reload_guard"]]
-    screen = printed(
-        tmp_path, ["records", "show", "--db", str(db), str(guarded["id"])], height=150
-    )
+    screen = printed(tmp_path, ["records", "show", "--db", str(db), str(guarded["id"])], height=150)
     assert "reload guard: num_ctx 4096 → 8192 (the loaded model's)" in screen[:10], screen
