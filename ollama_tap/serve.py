@@ -56,11 +56,18 @@ def banner(settings: Settings, token: str | None) -> str:
         if settings.record_mode is RecordMode.OFF
         else f"{settings.record_mode} -> {shown_location(settings)} as {settings.instance_name}"
     )
+    # The one setting that changes what Ollama receives is said where the operator looks.
+    guard = (
+        "  reload guard: on (a smaller num_ctx goes as the loaded model's; docs/transparency.md)\n"
+        if settings.reload_guard
+        else ""
+    )
     return (
         f"ollama-tap {base} -> Ollama {settings.upstream_url}\n"
         f"  metrics:   {base}{settings.metrics_path}\n"
         f"  inspector: {inspector}\n"
         f"  recording: {recording}\n"
+        f"{guard}"
         f"  build:     {build_kind()}"
     )
 

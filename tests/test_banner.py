@@ -37,3 +37,11 @@ def test_the_banner_names_no_database_when_recording_is_off() -> None:
     [recording] = [line.strip() for line in text.splitlines() if "recording" in line]
     assert recording == "recording: off (nothing is kept; --record full or metadata to record)"
     assert str(settings.db_path) not in text
+
+
+def test_the_banner_says_when_the_reload_guard_changes_bodies() -> None:
+    base = {"upstream": "http://127.0.0.1:11434", "admin_token": ADMIN_TOKEN}
+    assert "reload guard" not in banner(Settings(**base), ADMIN_TOKEN)
+    text = banner(Settings(**base, reload_guard=True), ADMIN_TOKEN)
+    [line] = [line.strip() for line in text.splitlines() if "reload guard" in line]
+    assert line.startswith("reload guard: on") and "docs/transparency.md" in line
