@@ -9,11 +9,12 @@ docs/diagnoses.md). A reload takes seconds, drops the runner's prompt cache, and
 memory is short evicts another app's model. The guard rewrites only these (`GUARDED`):
 
 - `num_ctx` smaller than the runner's: the larger context holds every prompt the smaller
-  one would, so the answer is the same for every prompt that fits the smaller one (and a
-  longer prompt is cut less, not more). Only a value the request sets: a request that
-  leaves num_ctx unset is not given one.
+  one would, so the answer is the same for every prompt that fits the smaller one (a longer
+  prompt is cut less, not more, and an output without `num_predict` may run longer: Ollama
+  bounds it at 10 × the context). Only a value the request sets: a request that leaves
+  num_ctx unset is not given one.
 - `num_batch` and `num_thread`, any value: the prompt-processing batch and the CPU threads
-  decide how fast tokens come, not which.
+  decide how fast tokens come, not which (up to floating-point rounding in the batch sums).
 
 Never `num_gpu`, `main_gpu` (where the weights live: an operator's placement), `use_mmap`,
 `shift` (what happens at the context's end) or `draft_num_predict`. The guard acts only
