@@ -23,6 +23,11 @@ registerStandout((r) => (isCold(r) ? `cold start: load ${seconds(r.load)}` : nul
 registerStandout((r) => longPhase(r, "queue_wait", "queue"));
 registerStandout((r) => longPhase(r, "prefill", "prefill"));
 registerStandout((r) => {
+  const guard = r.reload_guard; // the one change the proxy made to the body (--reload-guard)
+  if (!guard) return null;
+  return `reload guard sent ${guard.changes.map((c) => `${c.field} ${c.to}, not ${c.from}`).join("; ")}`;
+});
+registerStandout((r) => {
   const said = r.error_message;
   return said ? `Ollama said: ${said.length > 120 ? `${said.slice(0, 119)}…` : said}` : null;
 });
