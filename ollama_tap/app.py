@@ -167,7 +167,7 @@ def make_app(
         registry.register(BodyTimeouts(app))
     labels.on_free(lambda model: inflight.forget("model", model))
     clients.on_free(lambda client: inflight.forget("client", client))
-    otel = start_otel(settings, registry, poller.context_length)
+    otel = start_otel(settings, registry, labels, poller.context_length)
     traced = otel.observers if otel is not None else []
     loads = LoadTracker(registry, labels, poller)
     truncation = TruncationObserver(registry, labels, poller, loads.stale_row)
