@@ -1,15 +1,15 @@
 """The proxy's peak memory under the OpenTelemetry loads of the security review (F1).
 
-    python bench/otel_memory.py [--checkout before=DIR] [--scale 0.5] [--json out.json]
+    python bench/otel_memory.py [--checkout before=DIR] [--baseline] [--scale 0.5] [--json F]
 
 Two loads, each against a fresh `ollama-tap serve` (loopback, so `full` recording):
 
 - `metrics`: `--otel-metrics` with a collector that takes everything; requests whose `model`
   is a made-up name of 100 KB (then 1 MB), each one new. Every distinct name used to be a
   metric series for good.
-- `spans`: a collector that accepts connections and never answers (a black hole); requests
-  with a 1 MB prompt, four at a time. The export queue used to hold up to 2,048 spans
-  whatever their size.
+- `spans`: a collector that accepts connections and never answers (a black hole); 1,200
+  requests with a 1 MB prompt, four at a time (the review sent 250: these run long enough to
+  fill the old bound, 2,048 spans whatever their size).
 
 Prints the proxy's resident memory at start and its peak (VmHWM) per load and checkout,
 and the spans and points the proxy counted as lost (ollama_tap_otel_dropped_total).
@@ -30,14 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from overhead import (
-    ROOT,
-    add_checkout_option,
-    free_port,
-    rss_mb,
-    start_tap,
-    wait_up,
-)
+from overhead import ROOT, add_checkout_option, free_port, rss_mb, tap_command, wait_up
 
 KIB = 1024
 
@@ -86,7 +79,7 @@ async def metrics_load(url: str, scale: float) -> int:
 
 async def spans_load(url: str, scale: float) -> int:
     prompt = "y" * 1_000_000
-    batches = int(150 * scale) // 4
+    batches = int(1200 * scale) // 4
     async with aiohttp.ClientSession() as s:
         for _ in range(batches):
             body = {"model": "bench", "prompt": prompt, "n": 1, "stream": False}
@@ -105,38 +98,60 @@ async def dropped(url: str) -> dict[str, float]:
     return out
 
 
-def run(name: str, root: Path, load: str, scale: float, up_port: int) -> dict[str, Any]:
+async def wait_listening(url: str, proc: subprocess.Popen[bytes]) -> None:
+    """Until `url` answers (a loaded machine imports slowly); fails if the process ended."""
+    async with aiohttp.ClientSession() as s:
+        for _ in range(600):
+            if proc.poll() is not None:
+                raise RuntimeError(f"ollama-tap exited with {proc.returncode}")
+            try:
+                async with s.get(url + "/_tap/healthz") as r:
+                    if r.status < 500:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def run(
+    name: str, root: Path, load: str, scale: float, up_port: int, otel: bool = True
+) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-otel-mem-"))
     sink: subprocess.Popen[bytes] | None = None
     hole: socket.socket | None = None
-    if load == "metrics":
+    env: dict[str, str] = {}
+    if otel and load == "metrics":
         sink_port = free_port()
         sink = subprocess.Popen(
             [sys.executable, str(ROOT / "bench" / "otlp_sink.py"), str(sink_port)]
         )
-        env = {"OLLAMA_TAP_OTEL_METRICS": "true"}
-    else:
+        env["OLLAMA_TAP_OTEL_METRICS"] = "true"
+        env["OLLAMA_TAP_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink_port}"
+    elif otel:
         hole, sink_port = black_hole()
-        env = {}
-    env["OLLAMA_TAP_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink_port}"
-    tap, target = start_tap(f"{name}-{load}", up_port, tmp, env, root=root)
+        env["OLLAMA_TAP_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink_port}"
+    command, full_env, port = tap_command(f"{name}-{load}", up_port, tmp, env, root)
+    with (tmp / "tap.log").open("wb") as log:
+        tap = subprocess.Popen(command, env=full_env, cwd=root, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
     try:
-        asyncio.run(wait_up(target.url))
+        asyncio.run(wait_listening(url, tap))
         time.sleep(1)
         start = rss_mb([tap.pid])
         began = time.monotonic()
-        sent = asyncio.run(metrics_load(target.url, scale) if load == "metrics" else
-                           spans_load(target.url, scale))  # fmt: skip
+        sent = asyncio.run(metrics_load(url, scale) if load == "metrics" else
+                           spans_load(url, scale))  # fmt: skip
         time.sleep(3)  # a few export rounds after the load
         return {
-            "checkout": name,
+            "checkout": name if otel else f"{name}, no OTel",
             "load": load,
             "requests": sent,
             "seconds": round(time.monotonic() - began, 1),
             "rss_start_mb": round(start, 1),
             "rss_end_mb": round(rss_mb([tap.pid]), 1),
             "peak_mb": round(peak_mb(tap.pid), 1),
-            "dropped": asyncio.run(dropped(target.url)),
+            "dropped": asyncio.run(dropped(url)),
         }
     finally:
         tap.terminate()
@@ -156,15 +171,21 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="of the review's counts")
     parser.add_argument("--load", choices=["metrics", "spans"], action="append")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--baseline", action="store_true", help="also the same load without OTel export"
+    )
     args = parser.parse_args()
     up_port = free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)])
     results = []
     try:
         asyncio.run(wait_up(f"http://127.0.0.1:{up_port}"))
-        for name, root in [("this", ROOT), *args.checkout]:
-            for load in args.load or ["metrics", "spans"]:
-                result = run(name, root, load, args.scale, up_port)
+        for load in args.load or ["metrics", "spans"]:
+            runs = [(name, root, True) for name, root in [("this", ROOT), *args.checkout]]
+            if args.baseline:
+                runs.append(("this", ROOT, False))
+            for name, root, otel in runs:
+                result = run(name, root, load, args.scale, up_port, otel)
                 print(json.dumps(result), flush=True)
                 results.append(result)
     finally:

@@ -778,6 +778,34 @@ def health() -> list[Panel]:
             width=5,
         ),
         Panel(
+            "OpenTelemetry export lost",
+            "Spans and metric points the OTLP export lost per interval, by signal and reason: "
+            "queue_full (the collector is slower than the traffic, or hangs: the export queue "
+            "is at its bound), export_failed (refused, down, or no answer within the timeout), "
+            "too_large (a single span over the collector's request limit). Traffic is "
+            "unaffected.",
+            "short",
+            [
+                Target(
+                    per_bar("ollama_tap_otel_dropped_total", "signal, reason", p),
+                    "{{signal}}: {{reason}}",
+                )
+            ],
+            width=12,
+            interval=BAR_STEP,
+            defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(1)},
+        ),
+        Panel(
+            "Stalled uploads cut",
+            "Client connections cut per interval because their request body brought no byte "
+            "for 75 s (a client that stopped sending mid-upload, or a slow-body flood holding "
+            "connections open).",
+            "short",
+            [Target(per_bar("ollama_tap_client_body_timeouts_total", "job", p), "cut")],
+            width=12,
+            interval=BAR_STEP,
+        ),
+        Panel(
             "Proxy CPU",
             "CPU time the proxy process uses per second of wall time.",
             "percentunit",

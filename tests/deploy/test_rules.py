@@ -36,6 +36,8 @@ ALERTS = {
     "PromptsTruncated",
     "ModelThrashing",
     "ContextReduced",
+    "OtelExportLosing",
+    "UploadsStalling",
 }
 
 

@@ -224,6 +224,6 @@ async def test_a_field_left_at_the_clients_default_matches_its_absence(
     status, _ = await _post(f"{replay.url}/api/chat", {**plain, "options": {}, "format": None})
     assert status == 200
     # --match exact still tells them apart.
-    exact = await replay_of(proxy, 1, MatchMode.EXACT, paced=False)
+    exact = await replay_of(proxy, 1, MatchMode.EXACT, paced=False, explain=True)
     status, body = await _post(f"{exact.url}/api/chat", {**plain, "tools": []})
     assert status == 404 and body["error"].endswith("(tools is not in the recording)")
