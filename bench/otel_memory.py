@@ -115,12 +115,18 @@ async def wait_listening(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def run(
-    name: str, root: Path, load: str, scale: float, up_port: int, otel: bool = True
+    name: str,
+    root: Path,
+    load: str,
+    scale: float,
+    up_port: int,
+    otel: bool = True,
+    extra: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="ollama-tap-otel-mem-"))
     sink: subprocess.Popen[bytes] | None = None
     hole: socket.socket | None = None
-    env: dict[str, str] = {}
+    env: dict[str, str] = dict(extra or {})
     if otel and load == "metrics":
         sink_port = free_port()
         sink = subprocess.Popen(
@@ -174,6 +180,10 @@ def main() -> int:
     parser.add_argument(
         "--baseline", action="store_true", help="also the same load without OTel export"
     )
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="VAR=VALUE",
+        help="for every ollama-tap, e.g. OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT=1048576",
+    )  # fmt: skip
     args = parser.parse_args()
     up_port = free_port()
     upstream = subprocess.Popen([sys.executable, str(ROOT / "bench" / "upstream.py"), str(up_port)])
@@ -185,7 +195,8 @@ def main() -> int:
             if args.baseline:
                 runs.append(("this", ROOT, False))
             for name, root, otel in runs:
-                result = run(name, root, load, args.scale, up_port, otel)
+                extra = dict(item.split("=", 1) for item in args.env)
+                result = run(name, root, load, args.scale, up_port, otel, extra)
                 print(json.dumps(result), flush=True)
                 results.append(result)
     finally:

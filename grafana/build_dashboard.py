@@ -796,14 +796,22 @@ def health() -> list[Panel]:
             defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(1)},
         ),
         Panel(
-            "Stalled uploads cut",
-            "Client connections cut per interval because their request body brought no byte "
-            "for 75 s (a client that stopped sending mid-upload, or a slow-body flood holding "
-            "connections open).",
+            "Connections cut or refused",
+            "Client connections per interval cut because their request body brought no byte "
+            "for 75 s (a client that stopped mid-upload, or a slow-body flood), and those "
+            "not taken: fd_cap (every connection busy at the cap, half the open-file limit), "
+            "accept_failed (the loop ran out of descriptors).",
             "short",
-            [Target(per_bar("ollama_tap_client_body_timeouts_total", "job", p), "cut")],
+            [
+                Target(per_bar("ollama_tap_client_body_timeouts_total", "job", p), "stalled body"),
+                Target(
+                    per_bar("ollama_tap_connections_refused_total", "reason", p),
+                    "refused: {{reason}}",
+                ),
+            ],
             width=12,
             interval=BAR_STEP,
+            defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(1)},
         ),
         Panel(
             "Proxy CPU",

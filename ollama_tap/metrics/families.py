@@ -265,6 +265,10 @@ BODY_TIMEOUTS: Final = _counter(
     "ollama_tap_client_body_timeouts_total", (),
     "Client connections cut because their request body brought no byte for 75 s.",
 )
+CONNECTIONS_REFUSED: Final = _counter(
+    "ollama_tap_connections_refused_total", ("reason",),
+    "Client connections not taken: fd_cap (every connection busy at the cap), accept_failed.",
+)
 RECORDS_DROPPED: Final = _counter(
     "ollama_tap_records_dropped_total", (),
     "Records dropped because the recorder's queue was full (traffic was not slowed).",

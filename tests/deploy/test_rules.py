@@ -38,6 +38,7 @@ ALERTS = {
     "ContextReduced",
     "OtelExportLosing",
     "UploadsStalling",
+    "ConnectionsRefused",
 }
 
 
