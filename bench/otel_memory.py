@@ -98,22 +98,6 @@ async def dropped(url: str) -> dict[str, float]:
     return out
 
 
-async def wait_listening(url: str, proc: subprocess.Popen[bytes]) -> None:
-    """Until `url` answers (a loaded machine imports slowly); fails if the process ended."""
-    async with aiohttp.ClientSession() as s:
-        for _ in range(600):
-            if proc.poll() is not None:
-                raise RuntimeError(f"ollama-tap exited with {proc.returncode}")
-            try:
-                async with s.get(url + "/_tap/healthz") as r:
-                    if r.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
-
-
 def run(
     name: str,
     root: Path,
@@ -142,7 +126,7 @@ def run(
         tap = subprocess.Popen(command, env=full_env, cwd=root, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        asyncio.run(wait_listening(url, tap))
+        asyncio.run(wait_up(url, tries=1200))  # a loaded machine imports slowly
         time.sleep(1)
         start = rss_mb([tap.pid])
         began = time.monotonic()
