@@ -172,9 +172,9 @@ WORKLOADS = [
 STARTUP_TARGET_S: Final = 1.0
 
 
-async def wait_up(url: str) -> None:
+async def wait_up(url: str, tries: int = 200) -> None:
     async with aiohttp.ClientSession() as s:
-        for _ in range(200):
+        for _ in range(tries):
             try:
                 async with s.get(url + "/") as r:
                     if r.status < 500:

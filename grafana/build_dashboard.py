@@ -783,6 +783,42 @@ def health() -> list[Panel]:
             width=5,
         ),
         Panel(
+            "OpenTelemetry export lost",
+            "Spans and metric points the OTLP export lost per interval, by signal and reason: "
+            "queue_full (the collector is slower than the traffic, or hangs: the export queue "
+            "is at its bound), export_failed (refused, down, or no answer within the timeout), "
+            "too_large (a single span over the collector's request limit). Traffic is "
+            "unaffected.",
+            "short",
+            [
+                Target(
+                    per_bar("ollama_tap_otel_dropped_total", "signal, reason", p),
+                    "{{signal}}: {{reason}}",
+                )
+            ],
+            width=12,
+            interval=BAR_STEP,
+            defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(1)},
+        ),
+        Panel(
+            "Connections cut or refused",
+            "Client connections per interval cut because their request body brought no byte "
+            "for 75 s (a client that stopped mid-upload, or a slow-body flood), and those "
+            "not taken: fd_cap (every connection busy at the cap, half the open-file limit), "
+            "accept_failed (the loop ran out of descriptors).",
+            "short",
+            [
+                Target(per_bar("ollama_tap_client_body_timeouts_total", "job", p), "stalled body"),
+                Target(
+                    per_bar("ollama_tap_connections_refused_total", "reason", p),
+                    "refused: {{reason}}",
+                ),
+            ],
+            width=12,
+            interval=BAR_STEP,
+            defaults={"color": {"mode": "thresholds"}, "thresholds": red_above(1)},
+        ),
+        Panel(
             "Proxy CPU",
             "CPU time the proxy process uses per second of wall time.",
             "percentunit",

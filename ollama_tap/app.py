@@ -23,7 +23,7 @@ from ollama_tap.inflight.registry import InFlight
 from ollama_tap.inspector import add_routes as add_inspector_routes
 from ollama_tap.loads.api import add_routes as add_loads_routes
 from ollama_tap.loads.tracker import LoadTracker
-from ollama_tap.metrics.families import BODY_TIMEOUTS
+from ollama_tap.metrics.families import BODY_TIMEOUTS, CONNECTIONS_REFUSED
 from ollama_tap.metrics.observer import MetricsObserver, metrics_handler
 from ollama_tap.names import ModelLabels
 from ollama_tap.otel import Otel
@@ -32,6 +32,7 @@ from ollama_tap.recorder import Recorder
 from ollama_tap.recorder.api import add_routes as add_recorder_routes
 from ollama_tap.relay import FRONT, install, server_args
 from ollama_tap.relay.headers import MAX_FIELD
+from ollama_tap.relay.http1.clients import REFUSALS
 from ollama_tap.tokens.store import ModelStore
 from ollama_tap.tokens.vocab import Vocab, VocabCache, VocabSource
 from ollama_tap.truncation.observer import TruncationObserver
@@ -105,18 +106,24 @@ async def _otel(app: web.Application) -> AsyncIterator[None]:
     await app[OTEL].close()
 
 
-class BodyTimeouts(Collector):
-    """The HTTP/1 front's count of connections cut for a stalled request body, read at
-    scrape time."""
+class FrontCounts(Collector):
+    """The HTTP/1 front's counts, read at scrape time: connections cut for a stalled
+    request body, and connections it could not take."""
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
 
     def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(BODY_TIMEOUTS.name, BODY_TIMEOUTS.help)
         front = self.app.get(FRONT)
-        family.add_metric([], front.body_timeouts if front is not None else 0)
-        yield family
+        cut = CounterMetricFamily(BODY_TIMEOUTS.name, BODY_TIMEOUTS.help)
+        cut.add_metric([], front.body_timeouts if front is not None else 0)
+        yield cut
+        refused = CounterMetricFamily(
+            CONNECTIONS_REFUSED.name, CONNECTIONS_REFUSED.help, labels=CONNECTIONS_REFUSED.labels
+        )
+        for reason in REFUSALS:
+            refused.add_metric([reason], front.clients.refused[reason] if front is not None else 0)
+        yield refused
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -165,10 +172,10 @@ def make_app(
     if metrics:
         clients.on_free(metrics[0].m.forget_client)
         inflight_metrics.register(registry, inflight)
-        registry.register(BodyTimeouts(app))
+        registry.register(FrontCounts(app))
     labels.on_free(lambda model: inflight.forget("model", model))
     clients.on_free(lambda client: inflight.forget("client", client))
-    otel = start_otel(settings, registry, poller.context_length)
+    otel = start_otel(settings, registry, labels, poller.context_length)
     traced = otel.observers if otel is not None else []
     loads = LoadTracker(registry, labels, poller)
     truncation = TruncationObserver(registry, labels, poller, loads.stale_row)

@@ -17,7 +17,8 @@ from ollama_tap import compiled, logs, ports
 from ollama_tap.app import ADMIN_TOKEN, make_app
 from ollama_tap.config import ConfigError, RecordMode, Settings, all_loopback, bind_addresses
 from ollama_tap.credentials import redacted_url
-from ollama_tap.relay import TAP, make_site, raise_fd_limit
+from ollama_tap.relay import FRONT, TAP, make_site, raise_fd_limit
+from ollama_tap.relay.http1.clients import accept_failures
 from ollama_tap.relay.tap import Tap
 from ollama_tap.terminal import plural
 
@@ -158,6 +159,8 @@ async def _run(app: web.Application, settings: Settings, tls: ssl.SSLContext | N
         shutdown_timeout=settings.shutdown_grace + 5,
     )
     await runner.setup()
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(accept_failures(app[FRONT].clients, loop.get_exception_handler()))
     try:
         try:
             await make_site(runner, settings.host, settings.port, tls).start()
@@ -174,7 +177,6 @@ async def _run(app: web.Application, settings: Settings, tls: ssl.SSLContext | N
         gc.collect()
         gc.freeze()
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()

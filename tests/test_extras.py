@@ -74,6 +74,7 @@ def test_the_otel_error_prints_the_command(monkeypatch: pytest.MonkeyPatch, tmp_
     from prometheus_client import CollectorRegistry
 
     from ollama_tap import otel
+    from ollama_tap.names import ModelLabels
 
     monkeypatch.setitem(sys.modules, "ollama_tap.otel.export", None)  # the SDK absent
     monkeypatch.delattr(otel, "export", raising=False)
@@ -81,6 +82,6 @@ def test_the_otel_error_prints_the_command(monkeypatch: pytest.MonkeyPatch, tmp_
         db=tmp_path / "r.db", otlp_endpoint="http://127.0.0.1:4318"
     )
     with pytest.raises(ConfigError) as raised:
-        otel.start(settings, CollectorRegistry())
+        otel.start(settings, CollectorRegistry(), ModelLabels(8))
     assert install_command("otel") in str(raised.value)
     assert "ollama-tap[" not in str(raised.value)

@@ -95,7 +95,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )  # fmt: skip
     pacing = Pacing(args.speed, not args.no_pacing)
-    app = replay_app(store, recordings, pacing, token=token, loopback=loopback)
+    app = replay_app(
+        store, recordings, pacing, token=token, loopback=loopback, explain=args.explain_misses
+    )
     try:
         web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
     except OSError as exc:  # taken between the check and the bind, or not ours to take
@@ -221,6 +223,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--loop", action="store_true",
                    help="repeated requests cycle through their recordings (default: the "
                    "last one again)")  # fmt: skip
+    p.add_argument("--explain-misses", action="store_true",
+                   help="a miss's 404 names the closest record and the first field that "
+                   "differs (anyone who can connect then learns the recorded bodies one "
+                   "guess at a time) [default: the log says it, the reply does not]")  # fmt: skip
     p.set_defaults(func=_guarded(cmd_serve))
     p = rsub.add_parser("send", help="re-send recorded requests and compare the figures")
     _common(p)

@@ -269,6 +269,10 @@ BODY_TIMEOUTS: Final = _counter(
     "ollama_tap_client_body_timeouts_total", (),
     "Client connections cut because their request body brought no byte for 75 s.",
 )
+CONNECTIONS_REFUSED: Final = _counter(
+    "ollama_tap_connections_refused_total", ("reason",),
+    "Client connections not taken: fd_cap (every connection busy at the cap), accept_failed.",
+)
 RECORDS_DROPPED: Final = _counter(
     "ollama_tap_records_dropped_total", (),
     "Records dropped because the recorder's queue was full (traffic was not slowed).",
@@ -285,9 +289,9 @@ DB_SIZE: Final = _gauge(
     "ollama_tap_db_size_bytes", (),
     "Size of the recordings database on disk (main file and write-ahead log).",
 )
-OTEL_SPANS_DROPPED: Final = _counter(
-    "ollama_tap_otel_spans_dropped_total", (),
-    "Spans the OpenTelemetry export lost: pushed out of a full queue, or their export failed.",
+OTEL_DROPPED: Final = _counter(
+    "ollama_tap_otel_dropped_total", ("signal", "reason"),
+    "Spans and metric points the OpenTelemetry export lost: queue_full, export_failed, too_large.",
 )
 OBSERVER_ERRORS: Final = _counter(
     "ollama_tap_observer_errors_total", ("observer", "hook"),

@@ -3,8 +3,8 @@
 Off unless an endpoint is set (`--otlp-endpoint` or the standard OTEL_* variables); the SDK
 is imported only then, so a proxy that exports nothing loads none of it. The pieces: config
 (settings and variables), semconv (the names), spans and content (an exchange as attributes),
-export (the SDK, the batch processor, the drop count), metrics (the GenAI client metrics),
-observer (the hooks). docs/opentelemetry.md has the mapping.
+export (the SDK, the batch processor and its bounds), drops (what was lost), metrics (the
+GenAI client metrics), observer (the hooks). docs/opentelemetry.md has the mapping.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 
 from ollama_tap.config import Settings
-from ollama_tap.metrics.families import OTEL_SPANS_DROPPED
+from ollama_tap.metrics.families import OTEL_DROPPED
 from ollama_tap.metrics.registered import counter
+from ollama_tap.names import ModelLabels
 from ollama_tap.otel.config import otel_config
+from ollama_tap.otel.drops import Drops
 from ollama_tap.otel.spans import ContextLength
 
 CLOSE_GRACE = 5.0
@@ -52,13 +54,17 @@ class Otel:
 
 
 def start(
-    settings: Settings, registry: CollectorRegistry, context_length: ContextLength | None = None
+    settings: Settings,
+    registry: CollectorRegistry,
+    labels: ModelLabels,
+    context_length: ContextLength | None = None,
 ) -> Otel | None:
     """The export `settings` and the environment ask for, or None when it is off (the drop
     counter is registered either way, so the metric reference holds for every proxy).
+    `labels` name the model on spans as the records do, on metrics as Prometheus does.
 
     Raises ConfigError for an unusable protocol or endpoint, and for a missing SDK."""
-    dropped = counter(registry, OTEL_SPANS_DROPPED)
+    drops = Drops(counter(registry, OTEL_DROPPED))
     config = otel_config(settings)
     if config is None:
         return None
@@ -74,8 +80,9 @@ def start(
             f"OpenTelemetry export needs the otel extra ({exc.name} is missing): "
             f"{install_command('otel')}, or unset --otlp-endpoint and OTEL_EXPORTER_OTLP_*."
         ) from None
-    tracing = Tracing(config, dropped)
-    metrics = GenAiMetrics(config, resource()) if config.metrics else None
-    observers: list[object] = [OtelObserver(config, tracing, metrics, context_length)]
+    tracing = Tracing(config, drops)
+    metrics = GenAiMetrics(config, resource(), drops, labels.label) if config.metrics else None
+    observer = OtelObserver(config, tracing, metrics, context_length, labels.spelling)
+    observers: list[object] = [observer]
     closers = [tracing.close] + ([metrics.close] if metrics is not None else [])
     return Otel(observers, closers)

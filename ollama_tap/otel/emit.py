@@ -15,7 +15,7 @@ the CLIENT child follows its parent's decision.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from opentelemetry import trace
@@ -34,6 +34,8 @@ UNSET: Final = Status()
 NAME_LENGTH: Final = 256
 """Characters of a span name kept: it holds the model the client named, which may be anything
 (the attribute `gen_ai.request.model` keeps it up to the attribute limit)."""
+SPAN_OVERHEAD: Final = 1024
+"""Bytes a span is counted for beyond its text: ids, times, numbers, keys, the objects."""
 _IDS: Final = RandomIdGenerator()
 _DEFAULT_ON: Final[str] = DEFAULT_ON.get_description()  # type: ignore[no-untyped-call]
 """The SDK's default sampler as it describes itself (ParentBased's method is untyped)."""
@@ -70,7 +72,7 @@ def remote_parent(context: Context | None) -> SpanContext | None:
 
 class Emitter:
     """Makes the SERVER span and its CLIENT child of one exchange and ends them into the
-    processors (the drop count's, then the batch processor)."""
+    processors (the queue's gate before the batch processor)."""
 
     def __init__(
         self,
@@ -105,8 +107,9 @@ class Emitter:
         """False when the sampler dropped the exchange. `context` is the extracted one the
         sampler sees as the parent; `error` the description of a failure's status."""
         name = name[:NAME_LENGTH]
-        bound(server_attributes, self.value_length)
-        bound(client_attributes, self.value_length)
+        text = text_size([name])
+        server_size = bound(server_attributes, self.value_length) + text
+        client_size = bound(client_attributes, self.value_length) + text
         state = ids.trace_state
         if context is not None or not self._roots_sampled:
             sampled = self.sampler.should_sample(
@@ -123,9 +126,10 @@ class Emitter:
         status = UNSET if error is None else Status(trace.StatusCode.ERROR, error)
         made = (
             self._span(name, client, server, SpanKind.CLIENT, client_attributes, (), status,
-                       times),
+                       times, client_size),
             self._span(name, server, ids.parent, SpanKind.SERVER, server_attributes,
-                       [Event(event, None, at) for event, at in events], status, times),
+                       [Event(event, None, at) for event, at in events], status, times,
+                       server_size),
         )  # fmt: skip
         for span in made:
             for processor in self.processors:
@@ -142,22 +146,54 @@ class Emitter:
         events: Sequence[Event],
         status: Status,
         times: tuple[int, int],
+        text: int,
     ) -> ReadableSpan:
-        return ReadableSpan(
+        made = SizedSpan(
             name, context, parent, self.resource, attributes, events, (), kind, None, status,
             times[0], times[1], self.scope,
         )  # fmt: skip
+        made.size = SPAN_OVERHEAD + text
+        return made
 
 
-def bound(attributes: dict[str, Any], length: int) -> None:
+class SizedSpan(ReadableSpan):
+    """A finished span with its estimated bytes, which bound the export's queue and the
+    size of each request (ollama_tap/otel/export.py)."""
+
+    size: int
+
+
+def _bytes(text: str) -> int:
+    # UTF-8 takes at most 4 bytes a character; str.isascii is a flag lookup, not a scan.
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def text_size(values: Iterable[object]) -> int:
+    """Estimated bytes of the strings among `values` (and in their tuples)."""
+    size = 0
+    for value in values:
+        if isinstance(value, str):
+            size += _bytes(value)
+        elif isinstance(value, tuple):
+            size += sum(_bytes(v) for v in value if isinstance(v, str))
+    return size
+
+
+def bound(attributes: dict[str, Any], length: int) -> int:
     """Cut every string value (and string in a tuple) to `length` characters, as the SDK's
     BoundedAttributes does for a Tracer's spans: the mapping's values are already of the
-    types OTLP takes, so only the length is left to check."""
+    types OTLP takes, so only the length is left to check. Returns the estimated bytes of
+    the strings kept (`text_size`), counted in the same pass."""
+    size = 0
     for key, value in attributes.items():
         if isinstance(value, str):
             if len(value) > length:
-                attributes[key] = value[:length]
-        elif isinstance(value, tuple) and any(
-            isinstance(v, str) and len(v) > length for v in value
-        ):
-            attributes[key] = tuple(v[:length] if isinstance(v, str) else v for v in value)
+                value = attributes[key] = value[:length]
+            size += _bytes(value)
+        elif isinstance(value, tuple):
+            if any(isinstance(v, str) and len(v) > length for v in value):
+                value = attributes[key] = tuple(
+                    v[:length] if isinstance(v, str) else v for v in value
+                )
+            size += text_size([value])
+    return size

@@ -21,6 +21,8 @@ log = structlog.get_logger("ollama_tap.otel")
 _KINDS: Final = {kind: kind.value + 1 for kind in SpanKind}
 """The SDK counts span kinds from INTERNAL = 0, OTLP from UNSPECIFIED = 0."""
 _CODES: Final = {code: code.value for code in StatusCode}
+TOO_LARGE: Final = 413
+"""HTTP's Content Too Large: the collector's request-size limit (20 MiB by default)."""
 
 
 def request_body(spans: Sequence[ReadableSpan]) -> bytes:
@@ -59,16 +61,20 @@ class WireExporter(SpanExporter):
     headers, compression, certificates, timeout and retries as the OTEL_* variables set
     them), whose `export(bytes)` is not public API: an SDK whose exporter has no such client
     is asked to export as usual, its own encoder making the same request. A body over the
-    collector's size limit is refused there and counted as dropped, like any failed batch."""
+    collector's size limit is refused there (413, `refused_as_too_large`): the caller splits
+    the batch (ollama_tap/otel/export.py, CountingExporter)."""
 
     def __init__(self, inner: SpanExporter) -> None:
         self.inner = inner
+        self.refused_as_too_large = False
+        """The last export failed with 413 Content Too Large (one export thread sets it)."""
         send = getattr(getattr(inner, "_client", None), "export", None)
         self._send: Callable[[bytes], Any] | None = send if callable(send) else None
         if self._send is None:
             log.info("otel_sdk_encoder", reason="the SDK's OTLP/HTTP exporter takes no body")
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.refused_as_too_large = False
         send = self._send
         if send is None or getattr(self.inner, "_shutdown", False):
             return self.inner.export(spans)
@@ -79,6 +85,7 @@ class WireExporter(SpanExporter):
             return SpanExportResult.FAILURE
         result = send(body)
         ok = getattr(result, "success", False)
+        self.refused_as_too_large = getattr(result, "status_code", None) == TOO_LARGE
         return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
     def shutdown(self) -> None:

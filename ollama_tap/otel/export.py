@@ -1,10 +1,11 @@
 """The SDK's side: the tracer provider, the OTLP exporter behind the SDK's BatchSpanProcessor,
-and the count of spans that never reached the collector.
+the bounds on what waits for it, and the count of spans that never reached the collector.
 
 The batch processor's thread does every export; the event loop only appends a finished span
-to its queue. A collector that is down, refuses or hangs costs the proxy nothing but spans:
-those the full queue pushed out and those whose export failed, all counted in
-`ollama_tap_otel_spans_dropped_total`.
+to its queue. A collector that is down, refuses or hangs costs the proxy nothing but spans,
+and a bounded amount of memory (QUEUE_BYTES): the spans the full queue did not take, those
+whose export failed and those a collector refused as too large, all counted in
+`ollama_tap_otel_dropped_total{signal="spans"}` (ollama_tap/otel/drops.py).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from prometheus_client import Counter
 
 from ollama_tap.config import ConfigError
 from ollama_tap.otel.config import GRPC, OtelConfig
-from ollama_tap.otel.emit import Emitter
+from ollama_tap.otel.drops import Drops, Reason, Signal
+from ollama_tap.otel.emit import SPAN_OVERHEAD, Emitter, text_size
 from ollama_tap.otel.encode import WireExporter
 
 SERVICE: Final = "ollama-tap"
@@ -79,62 +80,123 @@ def value_length() -> int:
     return DEFAULT_VALUE_LENGTH if found is None else found
 
 
-class QueueCount:
-    """How many finished spans wait in the batch processor's queue, by its public edges: one
-    in at each span's end, a batch out at each export. When the queue is full the SDK pushes
-    the oldest span out to take the new one: that is a drop."""
+QUEUE_BYTES: Final = 32 * 1024 * 1024
+"""Estimated bytes of finished spans held for export at most: those waiting in the batch
+processor's queue and the batch being sent. A collector that hangs then costs the proxy this
+much memory, not OTEL_BSP_MAX_QUEUE_SIZE times the largest span (docs/opentelemetry.md)."""
+BATCH_BYTES: Final = 3 * 1024 * 1024
+"""Estimated bytes of spans in one export request at most: under the 4 MiB a gRPC collector
+takes by default, and the 20 MiB of its OTLP/HTTP receiver."""
 
-    def __init__(self, capacity: int, dropped: Counter) -> None:
+
+def span_size(span: ReadableSpan) -> int:
+    """The span's bytes as the emitter estimated them (`emit.SizedSpan`), else estimated
+    now: a span made by some other path is still bounded."""
+    size = getattr(span, "size", None)
+    if isinstance(size, int):
+        return size
+    return SPAN_OVERHEAD + text_size([span.name]) + text_size((span.attributes or {}).values())
+
+
+class Queue:
+    """The spans between the loop and the collector, by their count and estimated bytes:
+    each admitted as it ends (`admit`), each let go when the export of its batch returned
+    (`left`). Past OTEL_BSP_MAX_QUEUE_SIZE spans or QUEUE_BYTES, the batch being sent
+    included, the new span is dropped here: the SDK's own queue, as long, never fills (it
+    would push out the oldest, uncounted)."""
+
+    def __init__(self, capacity: int, drops: Drops, max_bytes: int) -> None:
         self.capacity = capacity
-        self.dropped = dropped
+        self.max_bytes = max_bytes
+        self.drops = drops
         self.depth = 0
+        self.bytes = 0
         self._lock = threading.Lock()
 
-    def entered(self) -> None:
+    def admit(self, size: int) -> bool:
         with self._lock:
-            if self.depth >= self.capacity:
-                full = True
-            else:
-                full = False
+            kept = self.depth < self.capacity and self.bytes + size <= self.max_bytes
+            if kept:
                 self.depth += 1
-        if full:
-            self.dropped.inc()
+                self.bytes += size
+        if not kept:
+            self.drops.add(Signal.SPANS, Reason.QUEUE_FULL)
+        return kept
 
-    def left(self, count: int) -> None:
+    def left(self, count: int, size: int) -> None:
         with self._lock:
             self.depth = max(0, self.depth - count)
+            self.bytes = max(0, self.bytes - size)
 
 
-class _Counting(SpanProcessor):
-    """Placed before the batch processor: sees every span the processor is handed."""
+class Gate(SpanProcessor):
+    """What the emitter ends spans into: the batch processor, behind the queue's bounds."""
 
-    def __init__(self, queue: QueueCount) -> None:
+    def __init__(self, inner: SpanProcessor, queue: Queue) -> None:
+        self.inner = inner
         self.queue = queue
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        self.queue.entered()
+        if self.queue.admit(span_size(span)):
+            self.inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def batches(spans: Sequence[ReadableSpan], limit: int) -> list[list[ReadableSpan]]:
+    """`spans` in order, cut into runs of at most `limit` estimated bytes (a larger span
+    alone)."""
+    out: list[list[ReadableSpan]] = []
+    size = limit
+    for span in spans:
+        one = span_size(span)
+        if size + one > limit:
+            out.append([])
+            size = 0
+        out[-1].append(span)
+        size += one
+    return out
 
 
 class CountingExporter(SpanExporter):
-    """The real exporter, with each batch taken off the queue count and a failed batch
-    counted as dropped (the SDK logs the failure and moves on)."""
+    """The real exporter behind the batch processor: each batch sent in requests of at most
+    BATCH_BYTES, a request the collector refuses as too large (413) split in halves down to
+    the span it cannot take, and every span lost counted (`Drops`); the batch leaves the
+    queue's count when its export returns."""
 
-    def __init__(self, inner: SpanExporter, queue: QueueCount) -> None:
+    def __init__(self, inner: SpanExporter, queue: Queue, batch_bytes: int) -> None:
         self.inner = inner
         self.queue = queue
+        self.batch_bytes = batch_bytes
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.queue.left(len(spans))
+        try:
+            sent = [self._send(batch) for batch in batches(spans, self.batch_bytes)]
+        finally:
+            self.queue.left(len(spans), sum(span_size(span) for span in spans))
+        return SpanExportResult.SUCCESS if all(sent) else SpanExportResult.FAILURE
+
+    def _send(self, spans: list[ReadableSpan]) -> bool:
         try:
             result = self.inner.export(spans)
         except Exception:
             result = SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            self.queue.dropped.inc(len(spans))
-        return result
+        if result is SpanExportResult.SUCCESS:
+            return True
+        too_large = isinstance(self.inner, WireExporter) and self.inner.refused_as_too_large
+        if too_large and len(spans) > 1:
+            half = len(spans) // 2
+            return all([self._send(spans[:half]), self._send(spans[half:])])
+        reason = Reason.TOO_LARGE if too_large else Reason.EXPORT_FAILED
+        self.queue.drops.add(Signal.SPANS, reason, len(spans))
+        return False
 
     def shutdown(self) -> None:
         self.inner.shutdown()
@@ -176,24 +238,28 @@ def queue_capacity() -> int:
 
 class Tracing:
     """The tracer provider (the sampler and resource the variables configure) and its one
-    batch processor, fed by `emitter`; `close` flushes what it can."""
+    batch processor behind the queue's bounds, fed by `emitter`; `close` flushes what it
+    can."""
 
-    def __init__(self, config: OtelConfig, dropped: Counter) -> None:
+    def __init__(self, config: OtelConfig, drops: Drops) -> None:
         for name in QUIET_LOGGERS:
             logger = logging.getLogger(name)
             if not any(isinstance(f, OncePerMinute) for f in logger.filters):
                 logger.addFilter(OncePerMinute())
         capacity = queue_capacity()
-        self.queue = QueueCount(capacity, dropped)
-        exporter = CountingExporter(span_exporter(config), self.queue)
+        self.queue = Queue(capacity, drops, QUEUE_BYTES)
+        exporter = CountingExporter(span_exporter(config), self.queue, BATCH_BYTES)
         # Not at interpreter exit: `serve` shuts it down in its own phase, bounded.
         self.provider = TracerProvider(resource=resource(), shutdown_on_exit=False)
-        processors = (_Counting(self.queue), BatchSpanProcessor(exporter, max_queue_size=capacity))
-        for processor in processors:
-            self.provider.add_span_processor(processor)  # for its flush and shutdown
+        batch = BatchSpanProcessor(exporter, max_queue_size=capacity)
+        self.provider.add_span_processor(batch)  # for its flush and shutdown
         scope = InstrumentationScope("ollama-tap", _package_version())
         self.emitter = Emitter(
-            self.provider.resource, scope, self.provider.sampler, processors, value_length()
+            self.provider.resource,
+            scope,
+            self.provider.sampler,
+            [Gate(batch, self.queue)],
+            value_length(),
         )
 
     def close(self) -> None:

@@ -7,17 +7,24 @@ SDK aggregates in memory); the periodic reader's thread exports them.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from opentelemetry.metrics import Histogram
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
 from ollama_tap.exchange import Exchange
 from ollama_tap.otel import semconv as sc
 from ollama_tap.otel.config import GRPC, OtelConfig
+from ollama_tap.otel.drops import Drops, Reason, Signal
 from ollama_tap.otel.spans import Attributes
 
 DURATION_BUCKETS: Final = (
@@ -40,10 +47,47 @@ PER_CHUNK_BUCKETS: Final = (
 """gen_ai.client.operation.time_per_output_chunk (seconds)."""
 
 _METRIC_KEYS: Final = (
-    sc.OPERATION, sc.PROVIDER, sc.REQUEST_MODEL, sc.SERVER_ADDRESS, sc.SERVER_PORT,
-    sc.ERROR_TYPE,
+    sc.OPERATION, sc.PROVIDER, sc.SERVER_ADDRESS, sc.SERVER_PORT, sc.ERROR_TYPE,
 )  # fmt: skip
-"""The span attributes the metrics carry (the conventions' list; none unbounded)."""
+"""The span attributes the metrics carry (the conventions' list), each of a bounded set;
+`gen_ai.request.model` is added as the Prometheus `model` label names it."""
+
+
+class CountedExporter(MetricExporter):
+    """The OTLP metric exporter, with the data points of every export that failed counted
+    in `ollama_tap_otel_dropped_total{signal="metrics"}` (the SDK logs and moves on)."""
+
+    def __init__(self, inner: MetricExporter, drops: Drops) -> None:
+        super().__init__(inner._preferred_temporality, inner._preferred_aggregation)
+        self.inner = inner
+        self.drops = drops
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        try:
+            result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception:
+            result = MetricExportResult.FAILURE
+        if result is not MetricExportResult.SUCCESS:
+            self.drops.add(Signal.METRICS, Reason.EXPORT_FAILED, points(metrics_data))
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.inner.shutdown(timeout_millis, **kwargs)
+
+
+def points(data: MetricsData) -> int:
+    """The data points an export carries."""
+    return sum(
+        len(metric.data.data_points)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    )
 
 
 def _exporter(config: OtelConfig) -> MetricExporter:
@@ -61,10 +105,16 @@ def _exporter(config: OtelConfig) -> MetricExporter:
 
 class GenAiMetrics:
     """The four client histograms; `record` takes an ended exchange and its span's common
-    attributes."""
+    attributes. Every series a proxy makes is one the Prometheus metrics have too: the
+    model as `label` names it (`ModelLabels.label`: a name Ollama has not vouched for is
+    `other`), so a flood of made-up names cannot grow the SDK's aggregation, nor the
+    export past a collector's limit."""
 
-    def __init__(self, config: OtelConfig, resource: Resource) -> None:
-        reader = PeriodicExportingMetricReader(_exporter(config))
+    def __init__(
+        self, config: OtelConfig, resource: Resource, drops: Drops, label: Callable[[object], str]
+    ) -> None:
+        self.label = label
+        reader = PeriodicExportingMetricReader(CountedExporter(_exporter(config), drops))
         views = [
             View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(buckets))
             for name, buckets in (
@@ -85,6 +135,8 @@ class GenAiMetrics:
 
     def record(self, ex: Exchange, common: Attributes) -> None:
         attrs: Attributes = {key: common[key] for key in _METRIC_KEYS if key in common}
+        if model := self.label(ex.model):
+            attrs[sc.REQUEST_MODEL] = model
         if (duration := ex.duration) is not None:
             self.duration.record(duration, attrs)
         if (usage := ex.usage) is not None:

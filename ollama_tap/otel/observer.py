@@ -11,12 +11,13 @@ from typing import Final
 
 from ollama_tap.exchange import Exchange
 from ollama_tap.hooks import Phase
+from ollama_tap.names import recordable
 from ollama_tap.otel.config import OtelConfig
 from ollama_tap.otel.emit import SpanIds, remote_parent
 from ollama_tap.otel.export import Tracing
 from ollama_tap.otel.metrics import GenAiMetrics
 from ollama_tap.otel.parts import span_parts
-from ollama_tap.otel.spans import ContextLength
+from ollama_tap.otel.spans import ContextLength, Spelling
 from ollama_tap.tracecontext import TraceIds, extract
 
 NAME: Final = "otel"
@@ -34,11 +35,14 @@ class OtelObserver:
         tracing: Tracing,
         metrics: GenAiMetrics | None = None,
         context_length: ContextLength | None = None,
+        spelling: Spelling = recordable,
     ) -> None:
         self.config = config
         self.emitter = tracing.emitter
         self.metrics = metrics
         self.context_length = context_length
+        self.spelling = spelling
+        """The model as the records name it (`ModelLabels.spelling`)."""
 
     def response(self, ex: Exchange) -> None:
         self._export(ex)
@@ -47,7 +51,7 @@ class OtelObserver:
         self._export(ex)
 
     def _export(self, ex: Exchange) -> None:
-        made = span_parts(ex, self.config, self.context_length)
+        made = span_parts(ex, self.config, self.context_length, self.spelling)
         if made is None:
             return
         # With --otel-propagate the relay read the app's context as the request came

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ollama_tap.exchange import Exchange
+from ollama_tap.names import recordable
 from ollama_tap.ollama import NATIVE_GENERATION
 from ollama_tap.ollama.payloads import json_object
 from ollama_tap.otel import content, spans
 from ollama_tap.otel import semconv as sc
 from ollama_tap.otel.config import OtelConfig
-from ollama_tap.otel.spans import Attributes, ContextLength
+from ollama_tap.otel.spans import Attributes, ContextLength, Spelling
 
 PARAMETERS_BODY_CAP: Final = 64 * 1024
 """A compatibility request's body is parsed for its sampling parameters only up to this size
@@ -57,17 +58,21 @@ def request_object(ex: Exchange, config: OtelConfig) -> dict[str, Any] | None:
 
 
 def span_parts(
-    ex: Exchange, config: OtelConfig, context_length: ContextLength | None
+    ex: Exchange,
+    config: OtelConfig,
+    context_length: ContextLength | None,
+    spelling: Spelling = recordable,
 ) -> SpanParts | None:
-    """The spans of an ended inference or embedding exchange; None for any other route."""
+    """The spans of an ended inference or embedding exchange; None for any other route.
+    `spelling` names the model as the records do (`ModelLabels.spelling`)."""
     operation = sc.operation_of(ex.endpoint)
     if operation is None or ex.ended is None:
         return None
     body = request_object(ex, config)
     full = config.content  # the recorder's privacy mode is `full`
-    common = spans.common(ex, operation, config.upstream, config.semconv, full=full)
+    common = spans.common(ex, operation, config.upstream, config.semconv, spelling)
     server = dict(common)
-    server.update(spans.server_attributes(ex, body, context_length, full=full))
+    server.update(spans.server_attributes(ex, body, context_length, full=full, spelling=spelling))
     if config.content and operation != sc.EMBEDDINGS:
         if body is not None:
             server.update(content.input_attributes(body))
@@ -76,5 +81,5 @@ def span_parts(
     if sc.ERROR_TYPE in common:
         error = ex.error_message or str(common[sc.ERROR_TYPE])
     times = (spans.wall_ns(ex, ex.started), spans.wall_ns(ex, ex.ended))
-    name = sc.span_name(operation, ex.model)
+    name = sc.span_name(operation, common.get(sc.REQUEST_MODEL))
     return SpanParts(name, common, server, times, spans.events(ex), error)

@@ -90,16 +90,22 @@ def request_parameters(options: dict[str, Any] | None, top: dict[str, Any] | Non
     return out
 
 
+Spelling = Callable[[str | None], str | None]
+"""A `model` as the records name it (`ModelLabels.spelling`; `names.recordable` without
+the label slots)."""
+
+
 def common(
-    ex: Exchange, operation: str, upstream: URL, semconv: Semconv, *, full: bool = True
+    ex: Exchange, operation: str, upstream: URL, semconv: Semconv, spelling: Spelling = recordable
 ) -> Attributes:
-    """What the SERVER span and its CLIENT child both carry. Outside the `full` privacy mode
-    the model is named as the records name it (`names.recordable`): a prompt pasted into
-    `model` never reaches a collector that the mode promises no text."""
+    """What the SERVER span and its CLIENT child both carry. The model is named as the
+    records name it, in every privacy mode: a name Ollama would accept, canonical, else
+    `other`, so a prompt pasted into `model` never reaches a collector, and a span's model
+    is never longer than a name can be."""
     attrs: Attributes = {sc.OPERATION: operation, sc.PROVIDER: sc.PROVIDER_OLLAMA}
     if semconv is Semconv.DEFAULT:
         attrs[sc.SYSTEM] = sc.PROVIDER_OLLAMA
-    model = ex.model if full else recordable(ex.model)
+    model = spelling(ex.model)
     if model:
         attrs[sc.REQUEST_MODEL] = model
     attrs[sc.SERVER_ADDRESS] = upstream.host or ""
@@ -136,10 +142,12 @@ def server_attributes(
     context_length: ContextLength | None,
     *,
     full: bool = True,
+    spelling: Spelling = recordable,
 ) -> Attributes:
     """The SERVER span's own attributes on top of `common`: the response, usage and the
     proxy's figures. `top` is the request body's object when it was read. The client's
-    address only in the `full` privacy mode, as the records keep it."""
+    address only in the `full` privacy mode, as the records keep it; the response's model
+    as `spelling` names it."""
     attrs: Attributes = {
         sc.HTTP_ROUTE: ex.endpoint,
         sc.URL_PATH: ex.path,
@@ -149,7 +157,7 @@ def server_attributes(
         attrs[sc.CLIENT_ADDRESS] = ex.client
     model = (ex.final or {}).get("model")
     if isinstance(model, str) and model:
-        attrs[sc.RESPONSE_MODEL] = model if full else recordable(model) or ""
+        attrs[sc.RESPONSE_MODEL] = spelling(model) or ""
     if ex.done_reason is not None:
         attrs[sc.FINISH_REASONS] = (ex.done_reason,)
     if (usage := ex.usage) is not None:

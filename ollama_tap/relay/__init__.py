@@ -8,9 +8,11 @@ Exchange and fires the hooks; `headers.py` has the header rules (docs/architectu
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from typing import Any, Final
 
+import structlog
 from aiohttp import hdrs, web
 
 from ollama_tap.config import Settings
@@ -26,14 +28,22 @@ from ollama_tap.relay.tapped import Guard
 
 __all__ = ["FRONT", "TAP", "install", "make_site", "raise_fd_limit", "server_args"]
 
+log = structlog.get_logger("ollama_tap.front")
+
 TAP: Final = web.AppKey("tap", Tap)
 FRONT: Final = web.AppKey("front", Front)
 """The HTTP/1 server: it owns the listening socket."""
 
 
+OWN_BODY_SECONDS: Final = 10.0
+"""The proxy's own paths read no request body: aiohttp's server takes the rest of one for
+this long after its answer (its `lingering_time`), then closes the connection."""
+
+
 def server_args() -> dict[str, Any]:
-    """aiohttp's server, for the proxy's own paths: the field limit the front keeps."""
-    return {"max_field_size": MAX_FIELD}
+    """aiohttp's server, for the proxy's own paths: the field limit the front keeps, and
+    how long an unread request body may take to end."""
+    return {"max_field_size": MAX_FIELD, "lingering_time": OWN_BODY_SECONDS}
 
 
 def install(
@@ -58,11 +68,29 @@ def install(
     return tap
 
 
-async def _last_on_its_connection(_: web.Request, response: web.StreamResponse) -> None:
+async def _last_on_its_connection(request: web.Request, response: web.StreamResponse) -> None:
     """aiohttp's server answers one request per connection (the front handed it over) and
-    closes it: a later request on it would never reach the front, which relays Ollama's."""
+    closes it: a later request on it would never reach the front, which relays Ollama's.
+    A request body still coming is watched (`_body_ended`)."""
     response.force_close()
     response.headers[hdrs.CONNECTION] = "close"
+    if request.body_exists and not request.content.is_eof():
+        # Just past aiohttp's lingering: by then the body ended or the connection was cut.
+        asyncio.get_running_loop().call_later(
+            OWN_BODY_SECONDS + 1, _body_ended, request.app[FRONT], request
+        )
+
+
+def _body_ended(front: Front, request: web.Request) -> None:
+    """A body sent to the proxy's own path that had not ended when aiohttp's server gave up
+    on it: counted and logged as the front's stalled bodies are."""
+    if not request.content.is_eof():
+        front.body_timeouts += 1
+        log.info(
+            "front_body_timeout",
+            error=f"the request body had not ended {OWN_BODY_SECONDS:g} s after the answer",
+            path=request.path,
+        )
 
 
 async def _shut_down(app: web.Application) -> None:

@@ -203,14 +203,24 @@ class Library:
         ]
         return min(candidates, key=lambda e: _distance(want, e.sketch), default=None)
 
-    def miss(self, want: Sketch) -> str:
-        """Why nothing answers `want`: the closest recording and how it differs."""
+    def miss(self, want: Sketch, *, explain: bool = True) -> str:
+        """Why nothing answers `want`: the closest recording and how it differs. The log
+        always says it; a client is told it only under `--explain-misses`, otherwise only
+        that nothing matched (`explain` False): naming the closest record and its first
+        differing field would answer, one guess at a time, what each recorded body holds
+        (an equality oracle on other people's prompts)."""
         refused = self.refused.get((want.method, want.path, want.model))
         if refused:
+            which = f" (record {refused[-1]})" if explain else ""
             return (
                 f"the recordings of {want.method} {want.path} for {want.model} were made in "
-                f"metadata mode (record {refused[-1]}) and keep no bodies to replay; record "
-                "with --record full to replay them"
+                f"metadata mode{which} and keep no bodies to replay; record with --record "
+                "full to replay them"
+            )
+        if not explain:
+            return (
+                f"no recording matches {want.method} {want.path} (the replay server's log "
+                "names the closest; --explain-misses says it here)"
             )
         closest = self.closest(want)
         if closest is None:

@@ -57,8 +57,13 @@ def load(store: Store, filters: Filters, mode: MatchMode, loop: bool) -> Recordi
 class Replayer:
     """The request handler: match, render, pace; every miss is a 404 naming the difference."""
 
-    def __init__(self, store: Store, recordings: Recordings, pacing: Pacing) -> None:
+    def __init__(
+        self, store: Store, recordings: Recordings, pacing: Pacing, *, explain: bool = False
+    ) -> None:
         self.store, self.recordings, self.pacing = store, recordings, pacing
+        self.explain = explain
+        """A miss's reply names the closest record and how it differs (`--explain-misses`);
+        otherwise only the log does."""
         self.misses = 0
         self.readers = Readers()
         self.reads = Reads(DB_TIMEOUT)
@@ -77,7 +82,9 @@ class Replayer:
         want = request_sketch(request.method, request.path, raw, library.mode)
         rid = library.pick(want)
         if rid is None:
-            return self._refuse(request, endpoint, library.miss(want))
+            why = library.miss(want)
+            told = why if self.explain else library.miss(want, explain=False)
+            return self._refuse(request, endpoint, told, why)
         if library.mode is not MatchMode.EXACT:
             self._normalised(request, raw, rid)
         try:
@@ -121,9 +128,12 @@ class Replayer:
             if delay > 0:
                 await asyncio.sleep(delay)
 
-    def _refuse(self, request: web.Request, endpoint: str, message: str) -> web.Response:
+    def _refuse(
+        self, request: web.Request, endpoint: str, message: str, why: str | None = None
+    ) -> web.Response:
+        """A 404 telling the client `message`; the log says `why` (by default the same)."""
         self.misses += 1
-        log.warning("replay_miss", method=request.method, path=request.path, reason=message)
+        log.warning("replay_miss", method=request.method, path=request.path, reason=why or message)
         body = ollama.error_body(ollama.family_of(endpoint), 404, message)
         return web.Response(status=404, body=body, headers={"Content-Type": _JSON})
 
@@ -221,13 +231,15 @@ def replay_app(
     *,
     token: str | None,
     loopback: bool = True,
+    explain: bool = False,
 ) -> web.Application:
     """The Ollama-shaped app; `app[REPLAYER].misses` counts the refused requests.
 
     Every route but `/` and `/api/version` needs `token` as a Bearer credential (None: a
     loopback bind's `--no-token`; replay/access.py). Bound to `loopback`, it applies
     Ollama's Host rule (403 to a foreign Host), as Ollama and the proxy do there: a web
-    page cannot read the recordings by DNS rebinding.
+    page cannot read the recordings by DNS rebinding. `explain`: a miss's reply names the
+    closest record and its first difference (`Replayer.explain`).
     """
     if token is None and not loopback:
         raise ValueError("a non-loopback replay server needs a token")
@@ -238,7 +250,7 @@ def replay_app(
     if token is not None:
         middlewares.append(token_middleware(token))
     app = web.Application(middlewares=middlewares)
-    replayer = Replayer(store, recordings, pacing)
+    replayer = Replayer(store, recordings, pacing, explain=explain)
     app[REPLAYER] = replayer
     app.add_routes(_poller_routes(recordings.catalog, replayer.readers))
     app.router.add_route("*", "/{tail:.*}", replayer.handle)

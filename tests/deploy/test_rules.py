@@ -36,6 +36,9 @@ ALERTS = {
     "PromptsTruncated",
     "ModelThrashing",
     "ContextReduced",
+    "OtelExportLosing",
+    "UploadsStalling",
+    "ConnectionsRefused",
 }
 
 

@@ -1,7 +1,8 @@
 """A test OTLP/HTTP receiver: decodes what the proxy exports with the official proto messages.
 
 It keeps each request's raw bytes (a privacy test searches them) and the decoded spans and
-metrics; `hang` makes it hold every request until released (a slow collector).
+metrics; `hang` makes it hold every request until released (a slow collector), `limit`
+refuses large bodies (a collector's request-size limit).
 """
 
 from __future__ import annotations
@@ -76,9 +77,16 @@ class Receiver:
     headers: list[dict[str, str]] = field(default_factory=list)
     hang: bool = False
     released: asyncio.Event = field(default_factory=asyncio.Event)
+    held: int = 0
+    """Requests being held now (`hang`)."""
+    refuse_metrics: bool = False
+    """Answer every metrics export 400 (a collector that takes no metrics)."""
+    limit: int | None = None
+    """Bodies above this many bytes are refused with 413, as the Collector's OTLP/HTTP
+    receiver refuses those over its `max_request_body_size` (20 MiB by default)."""
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/traces", self._traces)
         app.router.add_post("/v1/metrics", self._metrics)
         return app
@@ -87,11 +95,17 @@ class Receiver:
         body = await request.read()
         self.headers.append(dict(request.headers))
         if self.hang:
-            await self.released.wait()
+            self.held += 1
+            try:
+                await self.released.wait()
+            finally:
+                self.held -= 1
         return body
 
     async def _traces(self, request: web.Request) -> web.Response:
         body = await self._held(request)
+        if self.limit is not None and len(body) > self.limit:
+            return web.Response(status=413, text="request body too large")
         self.raw.append(body)
         message = ExportTraceServiceRequest.FromString(body)
         for rs in message.resource_spans:
@@ -103,6 +117,8 @@ class Receiver:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = await self._held(request)
+        if self.refuse_metrics:
+            return web.Response(status=400, text="metrics are not taken here")
         message = ExportMetricsServiceRequest.FromString(body)
         for rm in message.resource_metrics:
             for scope in rm.scope_metrics:

@@ -118,20 +118,30 @@ def test_a_single_reply_output_comes_from_its_final_object() -> None:
     assert output_attributes(new_exchange("/api/generate")) == {}
 
 
-def test_metadata_mode_spans_carry_no_address_and_no_raw_model_text() -> None:
-    """Outside `full` mode the spans say what a metadata-mode record says: the model as the
-    records name it (a prompt pasted into `model` is `other`), no client address."""
+def test_spans_name_the_model_as_records_do_and_the_address_in_full_mode_only() -> None:
+    """In every mode the spans name the model as the records do (a prompt pasted into
+    `model` is `other`); outside `full` mode they carry no client address either."""
     pasted = "Summarise this contract for me: the parties agree"
     ex = new_exchange(
         client="10.0.0.7", status=200, request=RequestFields(model=pasted), final={"model": pasted}
     )
     upstream = URL("http://127.0.0.1:11434")
     private = {
-        **common(ex, "chat", upstream, Semconv.DEFAULT, full=False),
+        **common(ex, "chat", upstream, Semconv.DEFAULT),
         **server_attributes(ex, None, None, full=False),
     }
     assert private[sc.REQUEST_MODEL] == private[sc.RESPONSE_MODEL] == "other"
     assert sc.CLIENT_ADDRESS not in private
     assert pasted not in json.dumps(private)
     full = {**common(ex, "chat", upstream, Semconv.DEFAULT), **server_attributes(ex, None, None)}
-    assert full[sc.REQUEST_MODEL] == pasted and full[sc.CLIENT_ADDRESS] == "10.0.0.7"
+    assert full[sc.REQUEST_MODEL] == "other" and full[sc.CLIENT_ADDRESS] == "10.0.0.7"
+    assert pasted not in json.dumps(full)
+    named = new_exchange(request=RequestFields(model="Llama3.2"), final={"model": "llama3.2"})
+    attrs = {
+        **common(named, "chat", upstream, Semconv.DEFAULT),
+        **server_attributes(named, None, None),
+    }
+    assert (attrs[sc.REQUEST_MODEL], attrs[sc.RESPONSE_MODEL]) == (
+        "Llama3.2:latest",
+        "llama3.2:latest",
+    )

@@ -12,6 +12,8 @@ from tests.support.metrics import LLAMA, MESSAGES
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
+QUEUE_FULL = {"signal": "spans", "reason": "queue_full"}
+
 
 def traceparent(flags: str, trace_id: str = TRACE_ID) -> dict[str, str]:
     return {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-{flags}"}
@@ -28,7 +30,7 @@ async def test_an_unsampled_app_trace_makes_no_span_and_a_sampled_one_does(
     await sampled.chat(LLAMA, messages=MESSAGES, stream=False)
     await spans_of(receiver, 1)
     assert {r.span.trace_id.hex() for r in receiver.spans} == {other}
-    assert traced.sample("ollama_tap_otel_spans_dropped_total") == 0
+    assert traced.sample("ollama_tap_otel_dropped_total", QUEUE_FULL) == 0
 
 
 async def test_the_sampler_variable_is_followed(

@@ -20,6 +20,8 @@ from tests.support.metrics import LLAMA, MESSAGES, QWEN, TOL, near, settled, too
 LOAD, QUEUE, PREFILL, TOKEN = 0.3, 0.2, 0.1, 0.03
 OPTIONS = {"temperature": 0.25, "top_p": 0.5, "num_predict": 64, "num_ctx": 4096}
 
+QUEUE_FULL = {"signal": "spans", "reason": "queue_full"}
+
 
 async def test_a_streamed_chat_is_one_server_span_with_a_client_child_and_its_figures(
     traced: Proxy, fake_ollama: FakeOllama, receiver: Receiver
@@ -197,7 +199,7 @@ async def test_the_opt_in_drops_the_old_provider_attribute(
 async def test_export_is_off_without_an_endpoint(proxy: Proxy, receiver: Receiver) -> None:
     await ollama.AsyncClient(host=proxy.url).chat(LLAMA, messages=MESSAGES, stream=False)
     await settled(proxy)
-    assert proxy.sample("ollama_tap_otel_spans_dropped_total") == 0
+    assert proxy.sample("ollama_tap_otel_dropped_total", QUEUE_FULL) == 0
     assert receiver.raw == []
     assert OTEL not in proxy.app
     assert "otel" not in {observer_name(o) for o in proxy.app[HOOKS].observers}

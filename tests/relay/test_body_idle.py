@@ -8,10 +8,12 @@ import asyncio
 import pytest
 from structlog.testing import capture_logs
 
+from ollama_tap import relay
 from ollama_tap.exchange import Outcome
 from ollama_tap.relay.http1 import request
 from tests.conftest import MakeProxy
 from tests.support.spy import Spy
+from tests.support.waiting import eventually
 
 HEAD = (
     b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -54,4 +56,30 @@ async def test_a_slow_body_that_keeps_coming_is_relayed(
     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
     assert head.startswith(b"HTTP/1.1 200")
     assert proxy.sample("ollama_tap_client_body_timeouts_total") == 0
+    writer.close()
+
+
+@pytest.mark.interpreted
+async def test_a_body_sent_to_the_proxys_own_path_is_cut_logged_and_counted_too(
+    proxy_factory: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp's server answers the proxy's own paths and reads no body: it takes the rest
+    of one for OWN_BODY_SECONDS after its answer, then cuts the connection, counted as the
+    front's stalled bodies are. A whole body is not counted."""
+    monkeypatch.setattr(relay, "OWN_BODY_SECONDS", 1.0)
+    proxy = await proxy_factory()
+    head = b"POST /_tap/api/records HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n"
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    writer.write(head % 2 + b"{}")
+    assert (await asyncio.wait_for(reader.read(), 20)).startswith(b"HTTP/1.1 401")
+    writer.close()
+    reader, writer = await asyncio.open_connection(proxy.host, proxy.port)
+    with capture_logs() as lines:
+        writer.write(head % 1_000_000 + b'{"a": ')
+        assert (await asyncio.wait_for(reader.read(), 20)).startswith(b"HTTP/1.1 401")
+        await eventually(lambda: proxy.sample("ollama_tap_client_body_timeouts_total") == 1)
+    [said] = [line for line in lines if line["event"] == "front_body_timeout"]
+    assert said["path"] == "/_tap/api/records"
+    await asyncio.sleep(1.5)  # the whole body's check is past too
+    assert proxy.sample("ollama_tap_client_body_timeouts_total") == 1
     writer.close()

@@ -5,9 +5,13 @@ served, and a client that goes silent before or inside its request cut on either
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 from pathlib import Path
 
+import aiohttp
 import pytest
+from structlog.testing import capture_logs
 from yarl import URL
 
 from ollama_tap.exchange import Outcome
@@ -141,3 +145,78 @@ async def test_a_trailer_that_does_not_parse_does_not_hold_the_exchange(
     await asyncio.wait_for(reader.read(), 3)
     assert [ex.outcome for ex in await ends.wait_ended(1)] == [Outcome.CLIENT_DISCONNECTED]
     writer.close()
+
+
+async def test_busy_connections_past_the_cap_refuse_the_new_counted_and_serve_once_freed(
+    fake_ollama: FakeOllama, tmp_path: Path
+) -> None:
+    """With 256 descriptors (a cap of 96 clients), 130 uploads that stall after their head,
+    each an exchange holding its client's socket and one to Ollama: the connections past the
+    cap are closed as they come (none is idle to close instead), counted and logged once,
+    rather than the process running out of descriptors, where uvloop's libuv closes what it
+    cannot accept without a word. Once the uploads go, new clients are served."""
+    proc, url = await serve(fake_ollama.url, tmp_path / "r.db", nofile=(256, 256), capture=True)
+    port = URL(url).port
+    head = (
+        b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000\r\n\r\n"
+        b'{"model": "llama3.2",'
+    )
+    held = []
+    try:
+        for _ in range(130):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head)
+            held.append((reader, writer))
+        refused = 0
+        for reader, _ in held:  # the refused ones end at once, the others wait for a body
+            try:
+                refused += await asyncio.wait_for(reader.read(), 0.5) == b""
+            except ConnectionResetError:
+                refused += 1
+            except TimeoutError:
+                pass
+        assert refused >= 130 - 96
+        for _, writer in held:
+            writer.close()
+        async with aiohttp.ClientSession() as s:
+            for _ in range(100):  # until the uploads' exchanges have ended
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with s.get(f"{url}/api/version") as resp:
+                        if resp.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+            async with s.get(f"{url}/metrics") as resp:
+                metrics = await resp.text()
+        counted = [line for line in metrics.splitlines() if line.startswith(
+            'ollama_tap_connections_refused_total{reason="fd_cap"}')]  # fmt: skip
+        assert counted and float(counted[0].split()[-1]) >= 130 - 96
+    finally:
+        for _, w in held:
+            w.close()
+        proc.terminate()
+        await proc.wait()
+    assert proc.stderr is not None
+    log = (await proc.stderr.read()).decode()
+    assert log.count("connections_refused") == 1, log
+
+
+def test_a_failed_accept_is_counted_and_logged_once_a_minute() -> None:
+    """asyncio's own loop reports each failed accept as an ERROR, at every retry: counted
+    and logged at most once a minute instead; anything else goes to the handler before."""
+    front = clients.Clients()
+    seen: list[dict[str, object]] = []
+    handle = clients.accept_failures(front, lambda _, context: seen.append(context))
+    loop = asyncio.new_event_loop()
+    try:
+        emfile = OSError(errno.EMFILE, "Too many open files")
+        with capture_logs() as lines:
+            for _ in range(5):
+                handle(
+                    loop, {"message": "socket.accept() out of system resource", "exception": emfile}
+                )
+        handle(loop, {"message": "something else", "exception": ValueError()})
+    finally:
+        loop.close()
+    assert front.refused == {clients.FD_CAP: 0, clients.ACCEPT_FAILED: 5}
+    assert [(line["event"], line["count"]) for line in lines] == [("connections_refused", 1)]
+    assert [context["message"] for context in seen] == ["something else"]

@@ -41,12 +41,13 @@ async def replay_of() -> AsyncIterator[StartReplay]:
         mode: MatchMode = MatchMode.BODY,
         loop: bool = False,
         token: str | None = None,
+        explain: bool = False,
         **pacing: Any,
     ) -> Replay:
         await records(proxy, want)
         store = Store(proxy.settings.db_path)
         loaded = await asyncio.to_thread(load, store, Filters(), mode, loop)
-        app = replay_app(store, loaded, Pacing(**pacing), token=token)
+        app = replay_app(store, loaded, Pacing(**pacing), token=token, explain=explain)
         runner = web.AppRunner(app, handler_cancellation=False, access_log=None)
         await runner.setup()
         runners.append(runner)

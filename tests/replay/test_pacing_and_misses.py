@@ -98,7 +98,8 @@ async def test_repeats_in_recorded_order_then_the_last_or_cycling(
 async def test_match_modes(proxy: Proxy, replay_of: StartReplay) -> None:
     await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi", keep_alive="5m")
     body = {"model": "llama3.2", "prompt": "hi", "stream": False, "keep_alive": "5m"}
-    url = f"{(await replay_of(proxy, 1, MatchMode.EXACT, paced=False)).url}/api/generate"
+    exact = await replay_of(proxy, 1, MatchMode.EXACT, paced=False, explain=True)
+    url = f"{exact.url}/api/generate"
     assert (await _post(url, body))[0] == 200
     status, reply = await _post(url, {**body, "keep_alive": "1h"})
     assert status == 404 and reply["error"].endswith("(keep_alive differs)")
@@ -113,14 +114,42 @@ async def _post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
         return resp.status, orjson.loads(await resp.read())
 
 
-async def test_a_miss_names_the_closest_and_the_first_difference(
+async def test_a_miss_tells_the_client_only_that_nothing_matched(
+    proxy: Proxy, replay_of: StartReplay
+) -> None:
+    """Without --explain-misses, a 404 is no oracle: the same reply whatever field differs,
+    no record id; the operator's log still names the closest and the difference."""
+    messages = [{"role": "user", "content": "SECRET-4711"}]
+    await ollama.AsyncClient(host=proxy.url).chat("llama3.2", messages=messages)
+    [summary] = await records(proxy, 1)
+    replay = await replay_of(proxy, 1, paced=False)
+    url = f"{replay.url}/api/chat"
+    errors = set()
+    with capture_logs() as logs:
+        for guess in ("SECRET-4712", "other"):
+            body = {"model": "llama3.2", "messages": [{"role": "user", "content": guess}]}
+            status, reply = await _post(url, {**body, "stream": False})
+            assert status == 404
+            errors.add(reply["error"])
+        phi4 = {"model": "phi4", "messages": messages, "stream": False}
+        errors.add((await _post(url, phi4))[1]["error"])
+    assert errors == {
+        "no recording matches POST /api/chat (the replay server's log names the closest; "
+        "--explain-misses says it here)"
+    }
+    reasons = [e["reason"] for e in logs if e["event"] == "replay_miss"]
+    assert len(reasons) == 3
+    assert reasons[0].endswith(f"record {summary['id']} (messages[0].content differs)")
+
+
+async def test_an_explained_miss_names_the_closest_and_the_first_difference(
     proxy: Proxy, replay_of: StartReplay
 ) -> None:
     messages = [{"role": "user", "content": c} for c in ("a", "b", "c")]
     client = ollama.AsyncClient(host=proxy.url)
     await client.chat("llama3.2", messages=messages)
     [summary] = await records(proxy, 1)
-    replay = await replay_of(proxy, 1, paced=False)
+    replay = await replay_of(proxy, 1, paced=False, explain=True)
     url = f"{replay.url}/api/chat"
     status, body = await _post(url, {"model": "phi4", "messages": messages, "stream": False})
     assert status == 404
@@ -195,6 +224,6 @@ async def test_a_field_left_at_the_clients_default_matches_its_absence(
     status, _ = await _post(f"{replay.url}/api/chat", {**plain, "options": {}, "format": None})
     assert status == 200
     # --match exact still tells them apart.
-    exact = await replay_of(proxy, 1, MatchMode.EXACT, paced=False)
+    exact = await replay_of(proxy, 1, MatchMode.EXACT, paced=False, explain=True)
     status, body = await _post(f"{exact.url}/api/chat", {**plain, "tools": []})
     assert status == 404 and body["error"].endswith("(tools is not in the recording)")

@@ -5,19 +5,30 @@ A keep-alive connection that waits for its next request holds a file descriptor;
 of them (or of half-sent heads) and the process can accept no one else. So at every new
 connection past the cap the connections idle the longest are closed and the new client is
 served. Those handed to aiohttp's server count, but are never idle: each answers its one
-request and closes.
+request and closes. When none is idle (every connection is in an exchange, slow uploads
+included), the new connection is closed at once, counted and logged: the descriptors left
+are those the exchanges in flight need for Ollama, and a process that ran out of them
+would fail accepts silently (uvloop's libuv closes what it cannot accept).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import heapq
 import operator
+import os
 import resource
-from typing import Final, Protocol
+from collections.abc import Callable
+from typing import Any, Final, Protocol
 
+import structlog
 from aiohttp import web
+
+from ollama_tap.throttled import ThrottledLog
+
+log = structlog.get_logger("ollama_tap.front")
 
 KEEPALIVE_SECONDS: Final = 75.0
 """An idle keep-alive connection, or one whose next request head is still arriving, is
@@ -26,6 +37,12 @@ RESERVED_FDS: Final = 64
 """File descriptors kept for what is not a client connection: the listening sockets, the
 database, the poller's and the log's."""
 MIN_CAP: Final = 16
+FD_CAP: Final = "fd_cap"
+"""A refusal: the cap was reached and every connection was in an exchange."""
+ACCEPT_FAILED: Final = "accept_failed"
+"""A refusal: the event loop could not accept (out of descriptors; asyncio's loop says so,
+uvloop's libuv closes such a connection without a word)."""
+REFUSALS: Final = (FD_CAP, ACCEPT_FAILED)
 
 
 def fd_cap() -> int:
@@ -68,17 +85,30 @@ class Clients:
         self.cap = fd_cap()
         self.aiohttp: web.Server | None = None
         """aiohttp's server, for the connections handed to it."""
+        self.refused = dict.fromkeys(REFUSALS, 0)
+        """Connections not taken, by reason (`refuse`)."""
+        self.said = ThrottledLog(log.warning, "connections_refused")
 
     def admit(self, conn: Member) -> None:
-        """A new connection: idle from now; past the cap, the longest idle ones close."""
+        """A new connection: idle from now; past the cap, the longest idle ones close, and
+        with none idle the new one (`refuse`)."""
         self.connections.add(conn)
         aiohttp = self.aiohttp
         excess = len(self.connections) - self.cap
         if aiohttp is not None:
             excess += sum(1 for handler in aiohttp.connections if handler.transport is not None)
-        if excess > 0:
-            self._shed(excess)
+        if excess > 0 and self._shed(excess) < excess:
+            self.leave(conn)
+            conn.transport.abort()
+            self.refuse(FD_CAP, cap=str(self.cap))
+            return
         self.rest(conn)
+
+    def refuse(self, reason: str, count: int = 1, **detail: str) -> None:
+        """Connections the proxy did not take (REFUSALS): counted, for
+        ollama_tap_connections_refused_total, and logged at most once a minute."""
+        self.refused[reason] += count
+        self.said.add(count, reason=reason, **detail)
 
     def rest(self, conn: Member) -> None:
         """The connection waits for its next request: its keep-alive timer runs."""
@@ -96,13 +126,15 @@ class Clients:
         self.wake(conn)
         self.connections.discard(conn)
 
-    def _shed(self, excess: int) -> None:
-        """Close the `excess` connections idle the longest: by when their keep-alive timer
-        would close them."""
+    def _shed(self, excess: int) -> int:
+        """Close the `excess` connections idle the longest (by when their keep-alive timer
+        would close them), or as many as are idle; returns how many."""
         idle = [(timer.when(), conn) for conn, timer in self.idle.items()]
-        for _, conn in heapq.nsmallest(excess, idle, key=operator.itemgetter(0)):
+        shed = heapq.nsmallest(excess, idle, key=operator.itemgetter(0))
+        for _, conn in shed:
             conn.transport.close()
             self.leave(conn)
+        return len(shed)
 
     def hand_off(self, conn: Member, data: bytes, *, paused: bool) -> None:
         """Give `conn`'s socket, and the bytes of its current request, to aiohttp's server,
@@ -138,3 +170,31 @@ class Clients:
             await asyncio.wait(tasks, timeout=left)
         for conn in list(self.connections):
             conn.transport.abort()
+
+
+ACCEPT_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+"""What asyncio's loop reports as an accept that failed for want of resources (it retries
+the listening socket a second later)."""
+ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+
+
+def accept_failures(clients: Clients, fallback: ExceptionHandler | None) -> ExceptionHandler:
+    """The loop's exception handler: asyncio's loop reports each failed accept there, at
+    every retry and for every socket of the backlog, as an ERROR with a traceback. Those
+    are counted and logged at most once a minute (`Clients.refuse`); anything else goes to
+    `fallback` (else the loop's default handler)."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if (
+            isinstance(exc, OSError)
+            and exc.errno in ACCEPT_ERRNOS
+            and "accept" in str(context.get("message", ""))
+        ):
+            clients.refuse(ACCEPT_FAILED, error=os.strerror(exc.errno))
+        elif fallback is not None:
+            fallback(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    return handle
