@@ -18,6 +18,7 @@ from yarl import URL
 
 from ollama_tap import dbfile, pgurl
 from ollama_tap.attribution import DEFAULT_HEADER, parse_rule
+from ollama_tap.boxes.spec import BoxSpec, parse_boxes
 from ollama_tap.credentials import redacted_url
 from ollama_tap.pgurl import is_postgres_url
 from ollama_tap.settings_error import ConfigError
@@ -50,9 +51,18 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: Annotated[int, Field(ge=0, le=65535)] = Field(11435, description="Port to listen on.")
-    upstream: str | None = Field(
-        None,
-        description="Ollama's URL; else OLLAMA_HOST (Ollama's own rules), else " + DEFAULT_UPSTREAM,
+    upstream: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Ollama's URL (else OLLAMA_HOST by Ollama's rules, else "
+        + DEFAULT_UPSTREAM
+        + "), or NAME=URL once per box to route between several (comma-separated in "
+        "OLLAMA_TAP_UPSTREAM; docs/boxes.md).",
+        json_schema_extra={"metavar": "[NAME=]URL"},
+    )
+    affinity: Literal["none", "client"] = Field(
+        "none",
+        description="With several boxes, 'client' keeps a client on the box it used last "
+        "while its model is resident there without a reload (prompt-cache reuse).",
     )
     metrics: bool = Field(True, description="Measure exchanges and serve the metrics path.")
     metrics_path: str = Field("/metrics", description="Path of the Prometheus endpoint.")
@@ -152,6 +162,15 @@ class Settings(BaseSettings):
         description="Most `client` label values besides the --client names; the rest are `other`.",
     )
 
+    @field_validator("upstream", mode="before")
+    @classmethod
+    def _upstream(cls, v: object) -> object:
+        if v is None:
+            return ()
+        if isinstance(v, str):
+            return tuple(part.strip() for part in v.split(",") if part.strip())
+        return v
+
     @field_validator("clients", mode="before")
     @classmethod
     def _clients(cls, v: object) -> object:
@@ -204,9 +223,19 @@ class Settings(BaseSettings):
         return binds_loopback(self.host)
 
     @property
+    def boxes(self) -> tuple[BoxSpec, ...]:
+        """The Ollama boxes, in the order given (ollama_tap/boxes/spec.py)."""
+        return _boxes(self.upstream, os.environ.get("OLLAMA_HOST"))[0]
+
+    @property
+    def named_boxes(self) -> bool:
+        """Whether the boxes were named (NAME=URL): routing, and the `upstream` label."""
+        return _boxes(self.upstream, os.environ.get("OLLAMA_HOST"))[1]
+
+    @property
     def upstream_url(self) -> URL:
-        """The resolved upstream (see `resolve_upstream`)."""
-        return resolve_upstream(self.upstream, os.environ.get("OLLAMA_HOST"))
+        """The first box's URL: the one upstream unless several are named."""
+        return self.boxes[0].url
 
     @property
     def record_mode(self) -> RecordMode:
@@ -231,13 +260,14 @@ class Settings(BaseSettings):
 
     def check(self) -> None:
         """Refuse settings that cannot work, with a message that names the fix."""
-        up = self.upstream_url
-        if forwards_to_itself(up, self.host, self.port):
-            raise ConfigError(
-                f"ollama-tap would forward to itself ({up} is its own listen address "
-                f"{self.host}:{self.port}); point --upstream or OLLAMA_TAP_UPSTREAM at Ollama "
-                "(e.g. http://127.0.0.1:11434), or unset OLLAMA_HOST in the proxy's shell."
-            )
+        for box in self.boxes:
+            if forwards_to_itself(up := box.url, self.host, self.port):
+                raise ConfigError(
+                    f"ollama-tap would forward to itself ({up} is its own listen address "
+                    f"{self.host}:{self.port}); point --upstream or OLLAMA_TAP_UPSTREAM at "
+                    "Ollama (e.g. http://127.0.0.1:11434), or unset OLLAMA_HOST in the "
+                    "proxy's shell."
+                )
         try:
             bind_addresses(self.host)
         except OSError as exc:
@@ -257,6 +287,12 @@ class Settings(BaseSettings):
                 "--admin-token none is allowed on loopback binds only; recordings hold "
                 "other people's prompts. Set a token or bind to 127.0.0.1."
             )
+
+
+@lru_cache(maxsize=8)
+def _boxes(values: tuple[str, ...], ollama_host: str | None) -> tuple[tuple[BoxSpec, ...], bool]:
+    # Cached: the relay and the poller ask per box, and parsing is pure.
+    return parse_boxes(values, lambda text: resolve_upstream(text, ollama_host))
 
 
 def _strip(value: str) -> str:

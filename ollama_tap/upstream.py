@@ -13,6 +13,7 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry
 
+from ollama_tap.boxes.spec import DEFAULT_BOX, BoxSpec
 from ollama_tap.config import Settings
 from ollama_tap.metrics.registered import UpstreamMetrics
 from ollama_tap.names import ModelLabels
@@ -56,9 +57,17 @@ class UpstreamPoller:
         labels: ModelLabels,
         *,
         session: aiohttp.ClientSession | None = None,
+        box: BoxSpec | None = None,
     ) -> None:
+        box = box if box is not None else settings.boxes[0]
         self.interval = settings.poll_interval
-        self.base = settings.upstream_url
+        self.base = box.url
+        self.name = box.name
+        """The box's name (`default` for the one plain upstream)."""
+        self._sources = ("tags", "ps") if box.name == DEFAULT_BOX else (
+            f"tags@{box.name}", f"ps@{box.name}"
+        )  # fmt: skip
+        """Its names' sources in ModelLabels: the known names are every box's union."""
         self.labels = labels
         self.m = UpstreamMetrics(registry)
         self._session = session
@@ -86,6 +95,11 @@ class UpstreamPoller:
     def up(self) -> bool:
         """Whether Ollama answered the last /api/version read."""
         return bool(self._up)
+
+    @property
+    def known_down(self) -> bool:
+        """Whether the last /api/version read failed (False before the first read)."""
+        return self._up is False
 
     async def start(self) -> None:
         """Open the poller's own session (unless one was given) and start polling."""
@@ -127,6 +141,13 @@ class UpstreamPoller:
             return local.digest
         entry = self._loaded_entry(model)
         return entry.digest if entry is not None and entry.digest else None
+
+    def has(self, model: str | None) -> bool:
+        """Whether /api/tags lists the model (or /api/ps shows it loaded)."""
+        valid = valid_key(model) if isinstance(model, str) else None
+        return valid is not None and (
+            valid[0] in self._tags or self._loaded_entry(model) is not None
+        )
 
     def on_ps(self, listener: PsListener) -> None:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
@@ -191,7 +212,7 @@ class UpstreamPoller:
             if (data := await self._poll("api/tags")) is None:
                 return
             entries = rows_of(data)
-            self.labels.set_known("tags", (name for name, _ in entries))
+            self.labels.set_known(self._sources[0], (name for name, _ in entries))
             self._tags = {
                 model_key(name): LocalModel(
                     self.labels.label(name), name, str_or_empty(e.get("digest"))
@@ -215,7 +236,7 @@ class UpstreamPoller:
 
     def _take_ps(self, data: dict[str, Any]) -> None:
         entries = rows_of(data)
-        self.labels.set_known("ps", (name for name, _ in entries))
+        self.labels.set_known(self._sources[1], (name for name, _ in entries))
         loaded = {model_key(name): self._loaded_model(name, e) for name, e in entries}
         self._count_transitions(loaded)
         for entry in loaded.values():
@@ -344,9 +365,9 @@ class UpstreamPoller:
         self.m.up.set(1 if up else 0)
         if up != self._up:
             if up:
-                log.info("upstream_up", upstream=str(self.base), version=detail)
+                log.info("upstream_up", upstream=str(self.base), box=self.name, version=detail)
             else:
-                log.warning("upstream_down", upstream=str(self.base), error=detail)
+                log.warning("upstream_down", upstream=str(self.base), box=self.name, error=detail)
         self._up = up
 
     def _set_version(self, version: str) -> None:

@@ -58,7 +58,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
                 dest=name,
                 action="append",
                 default=argparse.SUPPRESS,
-                metavar="RULE",
+                metavar=str(extra.get("metavar", "RULE")),
                 help=_flag_help(name, field, computed),
             )
         elif field.annotation is bool:

@@ -21,6 +21,7 @@ from ollama_tap.loads.state import (
     OOM_TEXTS,
     SLACK,
     UNLOADING,
+    Outlook,
     Pending,
     Runner,
     alike,
@@ -37,6 +38,7 @@ from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 from ollama_tap.ollama.names import model_key, valid_key
 from ollama_tap.ollama.options import (
+    Change,
     ModelFacts,
     is_zero_keep_alive,
     reload_changes,
@@ -105,12 +107,14 @@ class LoadTracker:
 
     # --- hooks
 
-    def request(self, ex: Exchange) -> None:
+    def outlook(self, ex: Exchange) -> Outlook | None:
+        """How the exchange's model stands on this box, noting nothing (the router asks each
+        box before the request goes to one): None for a route or model not tracked."""
         model = ex.model
         if ex.endpoint not in TRACKED or not model or self.is_remote(model):
-            return
+            return None
         key = self._key(model)
-        runner = self._runner(key, model)
+        runner = self._runners.get(key)
         facts = ModelFacts(*self.upstream.model_facts(model))
         native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
         opts = runner_options(
@@ -119,6 +123,27 @@ class LoadTracker:
             facts,
             parse_version(self.upstream.version),
         )
+        if runner is None:
+            return Outlook(key, opts)
+        resident = runner.resident and not runner.expired_idle(time.time())
+        changes: list[Change] = []
+        if resident:
+            ctx = runner.row.context_length if runner.row is not None else None
+            changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
+        last = runner.current.load_duration if runner.current is not None else None
+        return Outlook(key, opts, resident, changes, len(runner.flight), last)
+
+    def busy_elsewhere(self, key: str) -> bool:
+        """Whether a model other than `key` is resident with requests in flight (a load of
+        `key` might evict it: the tap does not know the box's free memory)."""
+        return any(r.resident and r.flight for k, r in self._runners.items() if k != key)
+
+    def request(self, ex: Exchange) -> None:
+        seen = self.outlook(ex)
+        if seen is None:
+            return
+        model, key, opts = ex.model or "", seen.key, seen.opts
+        runner = self._runner(key, model)
         if honoured_keep_alive(ex) is not None:  # the latest keep_alive is the runner's
             runner.unload_after, runner.keep_alive_by = None, ex.id
         now = time.time()
@@ -134,8 +159,7 @@ class LoadTracker:
         # Not resident while requests for it are in flight: a load is under way.
         p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
-            ctx = runner.row.context_length if runner.row is not None else None
-            p.changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
+            p.changes = seen.changes
             if any(c.certain for c in p.changes):
                 self._predicted(ex, p)
         runner.flight[ex.id] = p

@@ -71,6 +71,12 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE records ADD COLUMN ollama_version TEXT",
         "CREATE INDEX records_ollama_version ON records(ollama_version, seq)",
     ),
+    # v3: the box that served the exchange and why the router chose it (SQLite's v10).
+    (
+        "ALTER TABLE records ADD COLUMN box TEXT",
+        "ALTER TABLE records ADD COLUMN route TEXT",
+        "CREATE INDEX records_box ON records(box, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 LOCKS: Final = 0x6F6C6C74  # "ollt": the first key of every advisory lock this program takes

@@ -88,6 +88,13 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE records ADD COLUMN ollama_version TEXT",
         "CREATE INDEX records_ollama_version ON records(ollama_version, seq)",
     ),
+    # v10: the box (--upstream NAME) that served the exchange and why the router chose it
+    # (ollama_tap/boxes/router.py); the route is NULL with one box.
+    (
+        "ALTER TABLE records ADD COLUMN box TEXT",
+        "ALTER TABLE records ADD COLUMN route TEXT",
+        "CREATE INDEX records_box ON records(box, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

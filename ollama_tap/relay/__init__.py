@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from aiohttp import hdrs, web
 
+from ollama_tap.boxes.fleet import Boxes
 from ollama_tap.config import Settings
 from ollama_tap.hooks import Hooks
 from ollama_tap.relay.headers import MAX_FIELD
@@ -35,18 +36,22 @@ def server_args() -> dict[str, Any]:
     return {"max_field_size": MAX_FIELD}
 
 
-def install(app: web.Application, settings: Settings, hooks: Hooks) -> Tap:
-    """Set up the data path: the driver, the HTTP/1 server, the upstream pool and shutdown.
+def install(app: web.Application, settings: Settings, hooks: Hooks, boxes: Boxes) -> Tap:
+    """Set up the data path: the driver, the HTTP/1 server, a pool per box and shutdown.
 
     Called last: the front's rule reads the proxy's own paths from the router as it is then.
     """
-    tap = app[TAP] = Tap(settings, hooks)
-    pool = UpstreamPool(settings.upstream_url, settings.connect_timeout, settings.read_timeout)
+    tap = app[TAP] = Tap(settings, hooks, boxes)
+    pools = {
+        b.name: UpstreamPool(b.url, settings.connect_timeout, settings.read_timeout)
+        for b in boxes.boxes
+    }
     rule = Rule(OwnedPaths(app.router), check_host=settings.loopback_bind)
-    app[FRONT] = Front(tap, pool, rule)
+    app[FRONT] = Front(tap, pools, rule)
 
     async def close_pool(_: web.Application) -> None:
-        pool.close()  # after in-flight exchanges ended (cleanup follows shutdown)
+        for pool in pools.values():
+            pool.close()  # after in-flight exchanges ended (cleanup follows shutdown)
 
     app.on_cleanup.append(close_pool)
     app.on_shutdown.append(_shut_down)

@@ -20,7 +20,7 @@ from typing import Final
 
 import structlog
 from aiohttp import hdrs
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from ollama_tap import ollama, tracecontext
 from ollama_tap.config import Settings
@@ -66,6 +66,7 @@ class Tapped:
         self.body_tee_limit = settings.body_tee_limit
         self.reply_tee_limit = settings.reply_tee_limit
         url = incoming.rel_url
+        self.raw_path_qs = url.raw_path_qs
         arrived = incoming.arrived
         ex = self.ex = Exchange(
             method=incoming.method,
@@ -83,6 +84,8 @@ class Tapped:
             ex.endpoint, incoming.headers.get(hdrs.CONTENT_TYPE, "")
         )
         self.tee_buf: bytearray | None = bytearray() if self.tee else None
+        self.parsed = False
+        """The whole body was parsed (it is on the Exchange)."""
         self.content = incoming.content
         self.has_body = incoming.has_body
         self.reader: ollama.Reader | None = None
@@ -159,7 +162,7 @@ class Tapped:
         """Fill the Exchange's request fields from the teed body. A body still streaming in
         (the upstream answered first) keeps being teed, and is parsed again at its end or
         at the exchange's (`body_ended`, `end`): the record gets what arrived."""
-        if not self.tee:
+        if not self.tee or self.parsed:
             return
         ex, buf = self.ex, self.tee_buf
         body = bytes(buf) if buf is not None else b""
@@ -167,6 +170,7 @@ class Tapped:
         ex.request = ollama.parse_request_fields(body, buf is None)
         if not self.body_open():
             self.tee_buf = None  # the Exchange holds the one copy from here on
+            self.parsed = True  # the router parsed it before the request hook
 
     def body_open(self) -> bool:
         """Whether the request body is still streaming in."""
@@ -247,6 +251,15 @@ class Tapped:
         if self.answered():
             return self.reply_outcome(), self.last_write
         return otherwise, None
+
+    def answered_by_proxy(self, status: int, content_type: str, body: bytes) -> None:
+        """The proxy wrote this whole answer itself just now (several boxes: a listing of
+        every box's): the Exchange and the hooks take it as a reply of that body."""
+        now = time.monotonic()
+        head = {hdrs.CONTENT_TYPE: content_type, hdrs.CONTENT_LENGTH: str(len(body))}
+        self.reply_head(status, CIMultiDictProxy(CIMultiDict(head)), now)
+        self.read_piece(body, now)
+        self.close_reader(now)
 
     def proxy_error(self, status: int, message: str) -> bytes:
         """The body of a response the proxy makes itself, in the route family's error shape;

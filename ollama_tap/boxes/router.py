@@ -1,0 +1,151 @@
+"""The router: which box an exchange goes to, decided once before it is sent, and why.
+
+Each box is placed in the first tier it qualifies for, and the first box of the best tier
+wins (docs/boxes.md, "Routing"):
+
+(a) RESIDENT: the model is resident there and this request would not reload it (the load
+    tracker's prediction, rule L2) — fewest of the tap's exchanges on the box first;
+(b) LOADABLE: the box lists the model and loading it there evicts no model with requests
+    in flight — the cheapest expected load first (that box's last load of the model);
+(c) LISTED: the box lists the model;
+then any box (no box lists the model, or the request names none), fewest exchanges first.
+A box whose last poll failed is skipped (tried last, in order, if every box is down). Ties
+go to the box given first in the configuration: the same state routes the same way.
+With `--affinity client`, a client stays on the box it used last while that box is in (a).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Final
+
+from ollama_tap.boxes.box import UPSTREAM_HEADER, Box
+from ollama_tap.exchange import Exchange
+from ollama_tap.facts import Route, RouteTier
+from ollama_tap.loads.state import Outlook
+
+AFFINITY_CLIENTS: Final = 4096
+"""Clients whose last box `--affinity client` remembers (least recently routed go first)."""
+_TIER_ORDER: Final = (RouteTier.RESIDENT, RouteTier.LOADABLE, RouteTier.LISTED, RouteTier.UNLISTED)
+
+
+class Plan:
+    """The boxes an exchange may go to, best first, and the route it takes to the first."""
+
+    __slots__ = ("boxes", "route")
+
+    def __init__(self, boxes: list[Box], route: Route) -> None:
+        self.boxes = boxes
+        self.route = route
+
+
+class Router:
+    """Ranks the boxes for each exchange from what their pollers and load trackers know."""
+
+    def __init__(self, boxes: Sequence[Box], *, affinity: bool = False) -> None:
+        self.boxes = list(boxes)
+        self.by_name = {box.name: box for box in self.boxes}
+        self.affinity = affinity
+        self._last: OrderedDict[str, str] = OrderedDict()
+
+    def plan(self, ex: Exchange) -> Plan:
+        """The ranked boxes for `ex` and the route to the first (nothing is noted: the
+        caller counts the exchange on the box it sends to, `going`)."""
+        model = ex.model
+        ranked: list[tuple[int, float, int, int, Box, Outlook | None]] = []
+        notes: list[str] = []
+        for box in self.boxes:
+            if box.down:
+                notes.append(f"{box.name} is down")
+                ranked.append((5, 0.0, 0, box.index, box, None))
+                continue
+            tier, cost, seen = self._tier(box, ex, model)
+            if seen is not None and seen.reloads:
+                changes = ", ".join(c.text for c in seen.changes if c.certain)
+                notes.append(f"{box.name} would have reloaded for {changes}")
+            ranked.append((tier, cost, box.in_flight, box.index, box, seen))
+        ranked.sort(key=lambda r: r[:4])
+        first = ranked[0]
+        if self.affinity and first[0] == 0:
+            first = self._kept(ex, ranked) or first
+        box, tier = first[4], first[0]
+        reason = self._reason(box, tier, first[5], model, first[1])
+        if box.name != ranked[0][4].name:
+            ranked.remove(first)
+            ranked.insert(0, first)
+        notes = [n for n in notes if not n.startswith(box.name + " ")]
+        text = "; ".join([reason, *notes])
+        kind = _TIER_ORDER[tier] if tier < len(_TIER_ORDER) else RouteTier.UNLISTED
+        return Plan([r[4] for r in ranked], Route(box.name, kind, text))
+
+    def _tier(self, box: Box, ex: Exchange, model: str | None) -> tuple[int, float, Outlook | None]:
+        """(tier, expected load seconds, the tracker's outlook) of one box that is up."""
+        if not model or not box.poller.has(model):
+            return 3, 0.0, None
+        seen = box.loads.outlook(ex)
+        if seen is None:  # a route that loads nothing (/api/show): any box with the model
+            return 2, 0.0, None
+        if seen.resident and not seen.reloads:
+            return 0, 0.0, seen
+        if not (seen.resident and seen.busy) and not box.loads.busy_elsewhere(seen.key):
+            return 1, seen.last_load if seen.last_load is not None else math.inf, seen
+        return 2, 0.0, seen
+
+    def _kept(
+        self, ex: Exchange, ranked: list[tuple[int, float, int, int, Box, Outlook | None]]
+    ) -> tuple[int, float, int, int, Box, Outlook | None] | None:
+        """The client's last box, when it is in (a) too."""
+        name = self._last.get(ex.client_name or ex.client)
+        return next((r for r in ranked if r[0] == 0 and r[4].name == name), None)
+
+    def _reason(
+        self, box: Box, tier: int, seen: Outlook | None, model: str | None, cost: float
+    ) -> str:
+        name = box.name
+        if tier == 0:
+            ctx = box.poller.context_length(model)
+            with_ctx = f" with num_ctx {ctx}" if ctx else ""
+            return f"{model} resident on {name}{with_ctx}"
+        if tier == 1:
+            last = f", last load {cost:.1f} s" if math.isfinite(cost) else ""
+            return f"{model} not resident without a reload; {name} can load it without evicting a busy model{last}"
+        if tier == 2:
+            return f"{model} listed on {name}; every box that lists it is busy or would evict a busy model"
+        if tier == 3:
+            what = f"no box up lists {model}" if model else "the request names no model"
+            return f"{what}; {name} has the fewest exchanges"
+        return f"every box is down; trying {name} first"
+
+    def going(self, ex: Exchange, box: Box) -> None:
+        """`ex` is sent to `box`: counted there until `gone`."""
+        ex.box = box.name
+        box.in_flight += 1
+        if self.affinity:
+            key = ex.client_name or ex.client
+            self._last[key] = box.name
+            self._last.move_to_end(key)
+            if len(self._last) > AFFINITY_CLIENTS:
+                self._last.popitem(last=False)
+
+    def gone(self, ex: Exchange) -> None:
+        """`ex` ended (or left its box for the next one)."""
+        box = self.by_name.get(ex.box)
+        if box is not None:
+            box.in_flight -= 1
+
+
+def refusal(named: str | None, router: Router) -> str:
+    """The 400's message for a request that names no box, or one not configured, where it
+    must name one (management routes change one box's models: docs/boxes.md)."""
+    names = ", ".join(router.by_name)
+    if named is None:
+        return (
+            f"ollama-tap fronts several Ollama boxes ({names}); management requests change "
+            f"one box's models: name it in the {UPSTREAM_HEADER} header, e.g. "
+            f"{UPSTREAM_HEADER}: {router.boxes[0].name}"
+        )
+    return (
+        f"{UPSTREAM_HEADER} names {named.strip()!r}, which is not one of this tap's boxes ({names})"
+    )
