@@ -149,6 +149,10 @@ class UpstreamPoller:
             valid[0] in self._tags or self._loaded_entry(model) is not None
         )
 
+    def loaded_keys(self) -> set[str]:
+        """The model keys the last /api/ps listed (none while Ollama is down)."""
+        return set(self._loaded or ())
+
     def on_ps(self, listener: PsListener) -> None:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
         self._ps_listeners.append(listener)

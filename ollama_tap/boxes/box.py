@@ -3,7 +3,7 @@ many of the tap's requests are on it now."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from yarl import URL
 
@@ -37,6 +37,13 @@ class Box:
         self.truncation = truncation
         self.in_flight = 0
         """The tap's exchanges on this box, from routing to their end (the router's count)."""
+        self.flight: dict[str, int] = {}
+        """Those by model key ("" for none)."""
+        self.served: dict[str, dict[str, Any]] = {}
+        """Models that replied here since the last /api/ps read, by model key, with the
+        runner options of the last such request: resident now, whatever the load tracker
+        knows (it learns of a load under a second from the next read only)."""
+        poller.on_ps(lambda _: self.served.clear())
 
     @property
     def down(self) -> bool:

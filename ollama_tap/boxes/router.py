@@ -22,13 +22,26 @@ from collections.abc import Sequence
 from typing import Final
 
 from ollama_tap.boxes.box import UPSTREAM_HEADER, Box
-from ollama_tap.exchange import Exchange
+from ollama_tap.exchange import Exchange, Outcome
 from ollama_tap.facts import Route, RouteTier
 from ollama_tap.loads.state import Outlook
+from ollama_tap.ollama.names import model_key
 
 AFFINITY_CLIENTS: Final = 4096
 """Clients whose last box `--affinity client` remembers (least recently routed go first)."""
 _TIER_ORDER: Final = (RouteTier.RESIDENT, RouteTier.LOADABLE, RouteTier.LISTED, RouteTier.UNLISTED)
+
+
+Ranked = tuple[int, float, int, int, int, Box, "Outlook | None"]
+"""(tier, expected load seconds, models resident, exchanges on it, place, box, outlook):
+sorted on the first five."""
+
+
+def resident_count(box: Box) -> int:
+    """Models resident on the box, per its last /api/ps and the replies since: among boxes
+    that can load a model, the one with fewest is the least likely to evict one."""
+    loaded = box.poller.loaded_keys()
+    return len(loaded | box.served.keys())
 
 
 class Plan:
@@ -54,31 +67,32 @@ class Router:
         """The ranked boxes for `ex` and the route to the first (nothing is noted: the
         caller counts the exchange on the box it sends to, `going`)."""
         model = ex.model
-        ranked: list[tuple[int, float, int, int, Box, Outlook | None]] = []
+        ranked: list[Ranked] = []
         notes: list[str] = []
         for box in self.boxes:
             if box.down:
                 notes.append(f"{box.name} is down")
-                ranked.append((5, 0.0, 0, box.index, box, None))
+                ranked.append((5, 0.0, 0, 0, box.index, box, None))
                 continue
             tier, cost, seen = self._tier(box, ex, model)
             if seen is not None and seen.reloads:
                 changes = ", ".join(c.text for c in seen.changes if c.certain)
                 notes.append(f"{box.name} would have reloaded for {changes}")
-            ranked.append((tier, cost, box.in_flight, box.index, box, seen))
-        ranked.sort(key=lambda r: r[:4])
+            crowd = resident_count(box) if tier == 1 else 0
+            ranked.append((tier, cost, crowd, box.in_flight, box.index, box, seen))
+        ranked.sort(key=lambda r: r[:5])
         first = ranked[0]
         if self.affinity and first[0] == 0:
             first = self._kept(ex, ranked) or first
-        box, tier = first[4], first[0]
-        reason = self._reason(box, tier, first[5], model, first[1])
-        if box.name != ranked[0][4].name:
+        box, tier = first[5], first[0]
+        reason = self._reason(box, tier, model, first[1])
+        if box.name != ranked[0][5].name:
             ranked.remove(first)
             ranked.insert(0, first)
         notes = [n for n in notes if not n.startswith(box.name + " ")]
         text = "; ".join([reason, *notes])
         kind = _TIER_ORDER[tier] if tier < len(_TIER_ORDER) else RouteTier.UNLISTED
-        return Plan([r[4] for r in ranked], Route(box.name, kind, text))
+        return Plan([r[5] for r in ranked], Route(box.name, kind, text))
 
     def _tier(self, box: Box, ex: Exchange, model: str | None) -> tuple[int, float, Outlook | None]:
         """(tier, expected load seconds, the tracker's outlook) of one box that is up."""
@@ -89,20 +103,21 @@ class Router:
             return 2, 0.0, None
         if seen.resident and not seen.reloads:
             return 0, 0.0, seen
-        if not (seen.resident and seen.busy) and not box.loads.busy_elsewhere(seen.key):
+        if not seen.resident and box.served.get(model_key(model)) == seen.opts:
+            return 0, 0.0, seen  # served here since the last read, with these options
+        # Busy: the tap's exchanges on the box now (a load there may evict their model, or
+        # reload the very runner they use); the tap does not know the box's free memory.
+        mine = box.flight.get(model_key(model), 0)
+        if box.in_flight == mine and not (seen.resident and mine):
             return 1, seen.last_load if seen.last_load is not None else math.inf, seen
         return 2, 0.0, seen
 
-    def _kept(
-        self, ex: Exchange, ranked: list[tuple[int, float, int, int, Box, Outlook | None]]
-    ) -> tuple[int, float, int, int, Box, Outlook | None] | None:
+    def _kept(self, ex: Exchange, ranked: list[Ranked]) -> Ranked | None:
         """The client's last box, when it is in (a) too."""
         name = self._last.get(ex.client_name or ex.client)
-        return next((r for r in ranked if r[0] == 0 and r[4].name == name), None)
+        return next((r for r in ranked if r[0] == 0 and r[5].name == name), None)
 
-    def _reason(
-        self, box: Box, tier: int, seen: Outlook | None, model: str | None, cost: float
-    ) -> str:
+    def _reason(self, box: Box, tier: int, model: str | None, cost: float) -> str:
         name = box.name
         if tier == 0:
             ctx = box.poller.context_length(model)
@@ -110,9 +125,12 @@ class Router:
             return f"{model} resident on {name}{with_ctx}"
         if tier == 1:
             last = f", last load {cost:.1f} s" if math.isfinite(cost) else ""
-            return f"{model} not resident without a reload; {name} can load it without evicting a busy model{last}"
+            return (
+                f"{model} not resident without a reload; {name} can load it without "
+                f"evicting a busy model, with fewest models resident{last}"
+            )
         if tier == 2:
-            return f"{model} listed on {name}; every box that lists it is busy or would evict a busy model"
+            return f"{model} listed on {name}; every box that lists it is busy"
         if tier == 3:
             what = f"no box up lists {model}" if model else "the request names no model"
             return f"{what}; {name} has the fewest exchanges"
@@ -122,6 +140,8 @@ class Router:
         """`ex` is sent to `box`: counted there until `gone`."""
         ex.box = box.name
         box.in_flight += 1
+        key = model_key(ex.model) if ex.model else ""
+        box.flight[key] = box.flight.get(key, 0) + 1
         if self.affinity:
             key = ex.client_name or ex.client
             self._last[key] = box.name
@@ -134,6 +154,13 @@ class Router:
         box = self.by_name.get(ex.box)
         if box is not None:
             box.in_flight -= 1
+            if ex.outcome is Outcome.OK and ex.model and (seen := box.loads.outlook(ex)):
+                box.served[model_key(ex.model)] = seen.opts
+            key = model_key(ex.model) if ex.model else ""
+            if box.flight.get(key, 0) > 1:
+                box.flight[key] -= 1
+            else:
+                box.flight.pop(key, None)
 
 
 def refusal(named: str | None, router: Router) -> str:

@@ -72,8 +72,6 @@ class Outlook:
     """Resident, and not idle past its expiry."""
     changes: list[Change] = field(default_factory=list)
     """The fields that would make Ollama reload it for this request (rule L2)."""
-    busy: int = 0
-    """This tap's requests in flight on that runner (served, or waiting for it)."""
     last_load: float | None = None
     """Seconds its last load on this box took, when a reply said."""
 

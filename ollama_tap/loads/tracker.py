@@ -131,12 +131,7 @@ class LoadTracker:
             ctx = runner.row.context_length if runner.row is not None else None
             changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
         last = runner.current.load_duration if runner.current is not None else None
-        return Outlook(key, opts, resident, changes, len(runner.flight), last)
-
-    def busy_elsewhere(self, key: str) -> bool:
-        """Whether a model other than `key` is resident with requests in flight (a load of
-        `key` might evict it: the tap does not know the box's free memory)."""
-        return any(r.resident and r.flight for k, r in self._runners.items() if k != key)
+        return Outlook(key, opts, resident, changes, last)
 
     def request(self, ex: Exchange) -> None:
         seen = self.outlook(ex)

@@ -24,9 +24,9 @@ from ollama_tap.boxes.unions import UNION_ROUTES, UNION_TYPE, NoBoxAnswered
 from ollama_tap.config import Settings
 from ollama_tap.exchange import Outcome
 from ollama_tap.facts import Route, RouteTier
-from ollama_tap.ollama.routes import MANAGEMENT_ENDPOINTS
 from ollama_tap.hooks import Hooks
 from ollama_tap.names import ModelLabels
+from ollama_tap.ollama.routes import MANAGEMENT_ENDPOINTS
 from ollama_tap.relay.bodies import Upload, held_for_resend
 from ollama_tap.relay.failures import INTERNAL_ERROR, ClientGone, UpstreamGone, no_reply
 from ollama_tap.relay.headers import target_of
@@ -221,7 +221,8 @@ class Tap:
                 await relay.drop_attempt()
                 router.gone(ex)
                 ex.box = ""
-                why = f"{ex.route.reason}; {box.name} failed before replying ({exc}), so {after[0].name}"
+                failed = f"{box.name} failed before replying ({exc})"
+                why = f"{ex.route.reason}; {failed}, so {after[0].name}"
                 ex.route = Route(after[0].name, RouteTier.FAILOVER, why)
                 log.info(
                     "next_box",
