@@ -201,7 +201,8 @@ def make_app(
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
-    add_loads_routes(app, loads, with_client=settings.record_mode is RecordMode.FULL)
+    trackers = [b.loads for b in boxes.boxes]
+    add_loads_routes(app, trackers, with_client=settings.record_mode is RecordMode.FULL)
     inflight_api.add_routes(app, inflight)
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.

@@ -142,12 +142,20 @@ class UpstreamPoller:
         entry = self._loaded_entry(model)
         return entry.digest if entry is not None and entry.digest else None
 
-    def has(self, model: str | None) -> bool:
-        """Whether /api/tags lists the model (or /api/ps shows it loaded)."""
-        valid = valid_key(model) if isinstance(model, str) else None
-        return valid is not None and (
-            valid[0] in self._tags or self._loaded_entry(model) is not None
-        )
+    def has(self, key: str) -> bool:
+        """Whether /api/tags lists the model of this key (model_key), or /api/ps shows it."""
+        return key in self._tags or self.resident(key)
+
+    def resident(self, key: str) -> bool:
+        """Whether the last /api/ps lists the model of this key, under its name or another
+        of its digest's."""
+        loaded = self._loaded
+        if not loaded:
+            return False
+        if key in loaded:
+            return True
+        local = self._tags.get(key)
+        return local is not None and any(e.digest == local.digest for e in loaded.values())
 
     def loaded_keys(self) -> set[str]:
         """The model keys the last /api/ps listed (none while Ollama is down)."""

@@ -41,6 +41,7 @@ class Boxes:
             own = CollectorRegistry(auto_describe=True) if self.named else registry
             poller = UpstreamPoller(settings, own, labels, box=spec)
             loads = LoadTracker(own, labels, poller)
+            loads.box = spec.name if self.named else ""
             truncation = TruncationObserver(own, labels, poller, loads.stale_row)
             poller.on_ps(loads.ps)
             self.boxes.append(Box(spec, index, poller, loads, truncation))

@@ -37,11 +37,12 @@ Ranked = tuple[int, float, int, int, int, Box, "Outlook | None"]
 sorted on the first five."""
 
 
-def resident_count(box: Box) -> int:
-    """Models resident on the box, per its last /api/ps and the replies since: among boxes
-    that can load a model, the one with fewest is the least likely to evict one."""
-    loaded = box.poller.loaded_keys()
-    return len(loaded | box.served.keys())
+def load_cost(box: Box, model: str) -> tuple[float, int]:
+    """What a load of `model` on the box is expected to cost: the seconds its last load
+    there took (unknown: last), then the models resident on the box per its last /api/ps and
+    the replies since (the fewest, the least likely to evict one)."""
+    last = box.loads.last_load(model)
+    return last if last is not None else math.inf, len(box.poller.loaded_keys() | box.served.keys())
 
 
 class Plan:
@@ -67,6 +68,7 @@ class Router:
         """The ranked boxes for `ex` and the route to the first (nothing is noted: the
         caller counts the exchange on the box it sends to, `going`)."""
         model = ex.model
+        key = model_key(model) if model else ""
         ranked: list[Ranked] = []
         notes: list[str] = []
         for box in self.boxes:
@@ -74,12 +76,14 @@ class Router:
                 notes.append(f"{box.name} is down")
                 ranked.append((5, 0.0, 0, 0, box.index, box, None))
                 continue
-            tier, cost, seen = self._tier(box, ex, model)
+            tier, seen = self._tier(box, ex, model, key)
             if seen is not None and seen.reloads:
                 changes = ", ".join(c.text for c in seen.changes if c.certain)
                 notes.append(f"{box.name} would have reloaded for {changes}")
-            crowd = resident_count(box) if tier == 1 else 0
-            ranked.append((tier, cost, crowd, box.in_flight, box.index, box, seen))
+            ranked.append((tier, 0.0, 0, box.in_flight, box.index, box, seen))
+        if model and min(r[0] for r in ranked) == 1:
+            # Only when (b) decides: the expected load and how full each box is.
+            ranked = [(1, *load_cost(r[5], model), *r[3:]) if r[0] == 1 else r for r in ranked]
         ranked.sort(key=lambda r: r[:5])
         first = ranked[0]
         if self.affinity and first[0] == 0:
@@ -94,23 +98,29 @@ class Router:
         kind = _TIER_ORDER[tier] if tier < len(_TIER_ORDER) else RouteTier.UNLISTED
         return Plan([r[5] for r in ranked], Route(box.name, kind, text))
 
-    def _tier(self, box: Box, ex: Exchange, model: str | None) -> tuple[int, float, Outlook | None]:
-        """(tier, expected load seconds, the tracker's outlook) of one box that is up."""
-        if not model or not box.poller.has(model):
-            return 3, 0.0, None
-        seen = box.loads.outlook(ex)
-        if seen is None:  # a route that loads nothing (/api/show): any box with the model
-            return 2, 0.0, None
-        if seen.resident and not seen.reloads:
-            return 0, 0.0, seen
-        if not seen.resident and box.served.get(model_key(model)) == seen.opts:
-            return 0, 0.0, seen  # served here since the last read, with these options
+    def _tier(
+        self, box: Box, ex: Exchange, model: str | None, key: str
+    ) -> tuple[int, Outlook | None]:
+        """The tier of one box that is up, and the tracker's outlook there. The outlook (the
+        reload prediction) is asked only where the model is resident: the router's cost
+        grows with the boxes that hold the model, not with every box."""
+        if not model or not box.poller.has(key):
+            return 3, None
+        seen = None
+        if box.poller.resident(key) or key in box.served:
+            seen = box.loads.outlook(ex)
+            if seen is None:  # a route that loads nothing (/api/show): any box with it
+                return 2, None
+            if seen.resident and not seen.reloads:
+                return 0, seen
+            if not seen.resident and box.served.get(key) == seen.opts:
+                return 0, seen  # served here since the last read, with these options
         # Busy: the tap's exchanges on the box now (a load there may evict their model, or
         # reload the very runner they use); the tap does not know the box's free memory.
-        mine = box.flight.get(model_key(model), 0)
-        if box.in_flight == mine and not (seen.resident and mine):
-            return 1, seen.last_load if seen.last_load is not None else math.inf, seen
-        return 2, 0.0, seen
+        mine = box.flight.get(key, 0)
+        if box.in_flight == mine and not (seen is not None and seen.resident and mine):
+            return 1, seen
+        return 2, seen
 
     def _kept(self, ex: Exchange, ranked: list[Ranked]) -> Ranked | None:
         """The client's last box, when it is in (a) too."""
@@ -154,9 +164,10 @@ class Router:
         box = self.by_name.get(ex.box)
         if box is not None:
             box.in_flight -= 1
-            if ex.outcome is Outcome.OK and ex.model and (seen := box.loads.outlook(ex)):
-                box.served[model_key(ex.model)] = seen.opts
             key = model_key(ex.model) if ex.model else ""
+            if ex.outcome is Outcome.OK and key and not box.poller.resident(key):
+                if (seen := box.loads.outlook(ex)) is not None:
+                    box.served[key] = seen.opts
             if box.flight.get(key, 0) > 1:
                 box.flight[key] -= 1
             else:

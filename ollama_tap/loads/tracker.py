@@ -95,6 +95,8 @@ class LoadTracker:
         is_remote: Callable[[str | None], bool] = is_cloud_model,
     ) -> None:
         self.m = LoadMetrics(registry)
+        self.box = ""
+        """The box's name among several (boxes/fleet.py); "" with one plain upstream."""
         self.labels = labels
         self.upstream = upstream
         self.is_remote = is_remote
@@ -132,6 +134,12 @@ class LoadTracker:
             changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
         last = runner.current.load_duration if runner.current is not None else None
         return Outlook(key, opts, resident, changes, last)
+
+    def last_load(self, model: str) -> float | None:
+        """Seconds the model's last load here took, when a reply said."""
+        runner = self._runners.get(self._key(model))
+        event = runner.current if runner is not None else None
+        return event.load_duration if event is not None else None
 
     def request(self, ex: Exchange) -> None:
         seen = self.outlook(ex)
@@ -279,7 +287,7 @@ class LoadTracker:
                 by.current.evicted.append(runner.name)
             else:
                 by.victims.append(runner.name)  # its load is still under way
-            log.info("model_evicted", model=runner.name, by=dep.by)
+            log.info("model_evicted", model=runner.name, by=dep.by, **self._where)
 
     def _ps_load(self, runner: Runner, row: LoadedModel, mono: float) -> None:
         """A model new in /api/ps that no reply has shown loading (L0 b)."""
@@ -339,7 +347,9 @@ class LoadTracker:
         self, runner: Runner, p: Pending | None, at: float, started: float, *, source: str
     ) -> LoadEvent:
         cause, dep = cause_of(runner, p)
-        event = LoadEvent(runner.name, cause, at, started, departure=dep, source=source)
+        event = LoadEvent(
+            runner.name, cause, at, started, departure=dep, source=source, box=self.box
+        )
         event.evicted, runner.victims = runner.victims, []
         if p is not None:
             set_trigger(event, p)
@@ -356,7 +366,7 @@ class LoadTracker:
         self.m.loads[self._label(runner.name), str(cause)].inc()
         log.info(
             "model_load", model=runner.name, cause=str(cause), detail=event.detail,
-            request=event.request, client=event.client, address=event.address,
+            request=event.request, client=event.client, address=event.address, **self._where,
         )  # fmt: skip
         return event
 
@@ -367,7 +377,7 @@ class LoadTracker:
         log.warning(
             "reload_predicted", model=p.model, client=ex.client_name or None, address=ex.client,
             request=ex.id,
-            changes=[c.text for c in p.changes],
+            changes=[c.text for c in p.changes], **self._where,
         )  # fmt: skip
 
     # --- keys
@@ -414,6 +424,11 @@ class LoadTracker:
             for cause in Cause:
                 self.m.loads[label, str(cause)].inc(0)
             self.m.reduced[(label,)].inc(0)
+
+    @property
+    def _where(self) -> dict[str, str]:
+        """The box, in log lines, when there are several."""
+        return {"box": self.box} if self.box else {}
 
     def _label(self, name: str | None) -> str:
         return self.labels.label(name)
