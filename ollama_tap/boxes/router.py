@@ -165,9 +165,9 @@ class Router:
         if box is not None:
             box.in_flight -= 1
             key = model_key(ex.model) if ex.model else ""
-            if ex.outcome is Outcome.OK and key and not box.poller.resident(key):
-                if (seen := box.loads.outlook(ex)) is not None:
-                    box.served[key] = seen.opts
+            ok = ex.outcome is Outcome.OK and key and not box.poller.resident(key)
+            if ok and (seen := box.loads.outlook(ex)) is not None:
+                box.served[key] = seen.opts
             if box.flight.get(key, 0) > 1:
                 box.flight[key] -= 1
             else:
