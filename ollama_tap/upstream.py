@@ -76,6 +76,7 @@ class UpstreamPoller:
         self._version: str | None = None
         self._tags: dict[str, LocalModel] = {}
         self._loaded: dict[str, LoadedModel] | None = None
+        self._resident: set[str] = set()
         self._shown: dict[str, tuple[str, str, str]] = {}
         self._train: dict[str, tuple[int | None, bool, int | None, str | None]] = {}
         """Training context (`<arch>.context_length` of /api/show) and whether `capabilities`
@@ -149,13 +150,13 @@ class UpstreamPoller:
     def resident(self, key: str) -> bool:
         """Whether the last /api/ps lists the model of this key, under its name or another
         of its digest's."""
-        loaded = self._loaded
-        if not loaded:
-            return False
-        if key in loaded:
-            return True
-        local = self._tags.get(key)
-        return local is not None and any(e.digest == local.digest for e in loaded.values())
+        return key in self._resident
+
+    def _note_resident(self) -> None:
+        """The keys `resident` answers for, made once per read (the router asks per box)."""
+        loaded = self._loaded or {}
+        digests = {e.digest for e in loaded.values() if e.digest}
+        self._resident = set(loaded) | {k for k, t in self._tags.items() if t.digest in digests}
 
     def loaded_keys(self) -> set[str]:
         """The model keys the last /api/ps listed (none while Ollama is down)."""
@@ -231,6 +232,7 @@ class UpstreamPoller:
                 )
                 for name, e in entries
             }
+            self._note_resident()
             await self._update_info()
 
     async def poll_ps(self) -> None:
@@ -260,6 +262,7 @@ class UpstreamPoller:
             else:
                 self._remove_gauges(entry.label, self.m.context_length)
         self._loaded = loaded
+        self._note_resident()
         self._tell_ps(loaded)
 
     def _tell_ps(self, loaded: dict[str, LoadedModel] | None) -> None:
@@ -280,6 +283,7 @@ class UpstreamPoller:
         for entry in (self._loaded or {}).values():
             self._remove_gauges(entry.label, *self._model_gauges, self.m.loaded)
         self._loaded = None
+        self._note_resident()
 
     def _forget_model(self, label: str) -> None:
         """A freed label slot: the counters and the 0 `model_loaded` an unload left go too."""

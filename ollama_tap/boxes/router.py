@@ -25,6 +25,7 @@ from ollama_tap.boxes.box import UPSTREAM_HEADER, Box
 from ollama_tap.exchange import Exchange, Outcome
 from ollama_tap.facts import Route, RouteTier
 from ollama_tap.loads.state import Outlook
+from ollama_tap.loads.tracker import Known
 from ollama_tap.ollama.names import model_key
 
 AFFINITY_CLIENTS: Final = 4096
@@ -71,12 +72,13 @@ class Router:
         key = model_key(model) if model else ""
         ranked: list[Ranked] = []
         notes: list[str] = []
+        known: Known = {}
         for box in self.boxes:
             if box.down:
                 notes.append(f"{box.name} is down")
                 ranked.append((5, 0.0, 0, 0, box.index, box, None))
                 continue
-            tier, seen = self._tier(box, ex, model, key)
+            tier, seen = self._tier(box, ex, model, key, known)
             if seen is not None and seen.reloads:
                 changes = ", ".join(c.text for c in seen.changes if c.certain)
                 notes.append(f"{box.name} would have reloaded for {changes}")
@@ -99,7 +101,7 @@ class Router:
         return Plan([r[5] for r in ranked], Route(box.name, kind, text))
 
     def _tier(
-        self, box: Box, ex: Exchange, model: str | None, key: str
+        self, box: Box, ex: Exchange, model: str | None, key: str, known: Known
     ) -> tuple[int, Outlook | None]:
         """The tier of one box that is up, and the tracker's outlook there. The outlook (the
         reload prediction) is asked only where the model is resident: the router's cost
@@ -108,7 +110,7 @@ class Router:
             return 3, None
         seen = None
         if box.poller.resident(key) or key in box.served:
-            seen = box.loads.outlook(ex)
+            seen = box.loads.outlook(ex, known)
             if seen is None:  # a route that loads nothing (/api/show): any box with it
                 return 2, None
             if seen.resident and not seen.reloads:

@@ -56,6 +56,8 @@ TRACKED: Final = INFERENCE_ENDPOINTS | EMBEDDING_ENDPOINTS
 """Routes whose requests make Ollama schedule a runner."""
 
 log = structlog.get_logger("ollama_tap.loads")
+Known = dict[tuple[ModelFacts, str | None], dict[str, Any]]
+"""A request's runner options by the model's facts and the box's version (`outlook`)."""
 
 
 class Upstream(Protocol):
@@ -109,22 +111,29 @@ class LoadTracker:
 
     # --- hooks
 
-    def outlook(self, ex: Exchange) -> Outlook | None:
+    def outlook(self, ex: Exchange, known: Known | None = None) -> Outlook | None:
         """How the exchange's model stands on this box, noting nothing (the router asks each
-        box before the request goes to one): None for a route or model not tracked."""
+        box before the request goes to one): None for a route or model not tracked.
+        `known` keeps the request's runner options by what they depend on (the model's
+        facts, the version) for the next box asked about the same request."""
         model = ex.model
         if ex.endpoint not in TRACKED or not model or self.is_remote(model):
             return None
         key = self._key(model)
         runner = self._runners.get(key)
         facts = ModelFacts(*self.upstream.model_facts(model))
-        native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
-        opts = runner_options(
-            honoured_options(ex),
-            shift_field(ex.request_body) if native else None,
-            facts,
-            parse_version(self.upstream.version),
-        )
+        version = self.upstream.version
+        opts = known.get((facts, version)) if known is not None else None
+        if opts is None:
+            native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
+            opts = runner_options(
+                honoured_options(ex),
+                shift_field(ex.request_body) if native else None,
+                facts,
+                parse_version(version),
+            )
+            if known is not None:
+                known[facts, version] = opts
         if runner is None:
             return Outlook(key, opts)
         resident = runner.resident and not runner.expired_idle(time.time())
