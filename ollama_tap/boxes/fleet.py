@@ -16,7 +16,7 @@ from ollama_tap.boxes.unions import Unions
 from ollama_tap.config import Settings
 from ollama_tap.exchange import Exchange
 from ollama_tap.facts import RouteTier
-from ollama_tap.hooks import Phase
+from ollama_tap.hooks import phase_of
 from ollama_tap.loads.tracker import LoadTracker
 from ollama_tap.metrics.families import ROUTED
 from ollama_tap.metrics.registered import counter
@@ -114,14 +114,14 @@ class Boxes:
 
 
 class PerBox:
-    """One analysis observer per box behind one name: each exchange's hooks go to the
-    observer of the box it went to (none for an exchange no box served)."""
-
-    phase = Phase.ANALYSIS
+    """One observer per box behind one name: each exchange's hooks go to the observer of
+    the box it went to (none for an exchange no box served). It runs in the phase of the
+    observers it stands for (a dispatcher, not an observer with findings of its own)."""
 
     def __init__(self, name: str, by_box: dict[str, Any]) -> None:
         self.name = name
         self.by_box = by_box
+        self.phase = phase_of(next(iter(by_box.values())))
 
     def _call(self, hook: str, ex: Exchange) -> None:
         observer = self.by_box.get(ex.box)
