@@ -49,10 +49,11 @@ class Boxes:
         self.first = self.boxes[0]
         self.router: Router | None = None
         self.unions = Unions(self.boxes)
+        routed = counter(registry, ROUTED)  # registered always, a series only per named box
+        self.routed: dict[tuple[str, str], Any] = {}
         if self.named:
             self.router = Router(self.boxes, affinity=settings.affinity == "client")
             registry.register(LabelledBoxes(self.registries))
-            routed = counter(registry, ROUTED)
             self.routed = {
                 (b.name, t.value): routed.labels(b.name, t.value)
                 for b in self.boxes
