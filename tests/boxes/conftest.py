@@ -10,6 +10,7 @@ from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 
 from ollama_tap.app import BOXES
+from ollama_tap.ollama.names import model_key
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.fake_ollama.models import new_model
@@ -47,5 +48,5 @@ async def rig(aiohttp_server: AiohttpServer, proxy_factory: MakeProxy) -> Rig:
     fakes = {name: fake for name, (fake, _) in made.items()}
     proxy = await proxy_factory(upstream=tuple(f"{n}={f.url}" for n, f in fakes.items()))
     every = proxy.app[BOXES].boxes
-    await eventually(lambda: all(b.poller.up and b.poller.has(MODELS[2]) for b in every))
+    await eventually(lambda: all(b.poller.up and b.poller.has(model_key(MODELS[2])) for b in every))
     return Rig(proxy, fakes, {name: server for name, (_, server) in made.items()})
