@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
@@ -13,6 +12,7 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry
 
+from ollama_tap.boxes.shown import ShownModels
 from ollama_tap.boxes.spec import DEFAULT_BOX, BoxSpec
 from ollama_tap.config import Settings
 from ollama_tap.metrics.registered import UpstreamMetrics
@@ -27,9 +27,6 @@ PsListener = Callable[["dict[str, LoadedModel] | None"], None]
 
 POLL_TIMEOUT: Final = aiohttp.ClientTimeout(total=10, sock_connect=3)
 """Polls, not proxied traffic: a slow answer is a failed poll, retried next interval."""
-SHOW_RETRY: Final = 300.0
-"""Seconds before a model whose /api/show failed is asked again (not every round: each
-failure is a poll error, and a hung one costs the whole timeout)."""
 
 log = structlog.get_logger("ollama_tap.upstream")
 
@@ -77,16 +74,12 @@ class UpstreamPoller:
         self._tags: dict[str, LocalModel] = {}
         self._loaded: dict[str, LoadedModel] | None = None
         self._resident: set[str] = set()
-        self._shown: dict[str, tuple[str, str, str]] = {}
-        self._train: dict[str, tuple[int | None, bool, int | None, str | None]] = {}
-        """Training context (`<arch>.context_length` of /api/show) and whether `capabilities`
-        holds "vision", by digest cache key."""
+        self.shown = ShownModels(self.m.model_info)
+        """What /api/show said of each listed model."""
         self._ps_listeners: list[PsListener] = []
-        self._info: dict[str, tuple[str, str, str, str]] = {}
         self._tags_lock = asyncio.Lock()
         self._ps_lock = asyncio.Lock()
         """One /api/ps read at a time: an older reply landing late would roll state back."""
-        self._show_retry: dict[str, float] = {}
         self._main: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Task[None]] = {}
         labels.set_refresher(self.refresh_tags)
@@ -171,18 +164,13 @@ class UpstreamPoller:
         Modelfile's num_keep, per its /api/show ("", None, False, None when not shown)."""
         valid = valid_key(model) if isinstance(model, str) else None
         local = self._tags.get(valid[0]) if valid is not None else None
-        if local is None:
+        if valid is None or local is None:
             return "", None, False, None
-        cache_key = local.digest or f"name:{valid[0] if valid else ''}"
-        details = self._shown.get(cache_key)
-        train, vision, keep, _ = self._train.get(cache_key, (None, False, None, None))
-        return (details[0] if details else ""), train, vision, keep
+        return self.shown.facts(valid[0], local)
 
     def runner_key(self, digest: str | None) -> str | None:
-        """A digest's runner key: names on one weights' blob (its /api/show `modelfile` FROM)
-        share Ollama's runner, keyed by the group's smallest digest; others keep theirs."""
-        blob = facts[3] if (facts := self._train.get(digest or "")) else None
-        return min(k for k, f in self._train.items() if f[3] == blob) if blob else digest
+        """A digest's runner key (ShownModels.runner_key)."""
+        return self.shown.runner_key(digest)
 
     def loaded_format(self, model: str | None) -> str:
         """The loaded model's `details.format` per /api/ps ("gguf", "safetensors" for MLX)."""
@@ -233,7 +221,7 @@ class UpstreamPoller:
                 for name, e in entries
             }
             self._note_resident()
-            await self._update_info()
+            await self.shown.update(self._tags, self._show)
 
     async def poll_ps(self) -> None:
         async with self._ps_lock:
@@ -326,27 +314,6 @@ class UpstreamPoller:
                     self.m.loaded.labels(entry.label).set(0)
                     self._remove_gauges(entry.label, *self._model_gauges)
 
-    async def _update_info(self) -> None:
-        for key, local in self._tags.items():
-            cache_key = local.digest or f"name:{key}"
-            details = self._shown.get(cache_key)
-            if details is None:
-                if self._show_retry.get(cache_key, 0.0) > time.monotonic():
-                    continue
-                shown = await self._show(local.name)
-                if shown is None:
-                    self._show_retry[cache_key] = time.monotonic() + SHOW_RETRY
-                    continue
-                details, self._train[cache_key] = shown
-                self._shown[cache_key] = details
-            self._set_info(key, (local.label, *details))
-        for key in self._info.keys() - self._tags.keys():
-            self.m.model_info.remove(*self._info.pop(key))
-        current = {t.digest or f"name:{k}" for k, t in self._tags.items()}
-        self._shown = {k: v for k, v in self._shown.items() if k in current}
-        self._train = {k: v for k, v in self._train.items() if k in current}
-        self._show_retry = {k: v for k, v in self._show_retry.items() if k in current}
-
     async def _show(self, name: str) -> Shown | None:
         try:
             data = await self._read("POST", "api/show", {"model": name})
@@ -354,15 +321,6 @@ class UpstreamPoller:
             log.debug("poll_failed", error=str(exc))
             return None
         return shown_facts(data)
-
-    def _set_info(self, key: str, labels: tuple[str, str, str, str]) -> None:
-        previous = self._info.get(key)
-        if previous == labels:
-            return
-        if previous is not None:
-            self.m.model_info.remove(*previous)
-        self.m.model_info.labels(*labels).set(1)
-        self._info[key] = labels
 
     def _loaded_entry(self, model: str | None) -> LoadedModel | None:
         """The /api/ps entry of a name, or of another name for the same model: Ollama keys
