@@ -167,6 +167,11 @@ def make_app(
     clients = ClientNames(
         settings.client_label_cap, header=settings.client_header, rules=settings.clients
     )
+    if boxes.router is not None:
+        # A client is an app at an address: its prompt cache is that process's.
+        boxes.router.client_of = lambda ex: (
+            f"{clients.name_of(ex.request_headers, ex.client)}@{ex.client}"
+        )
     inflight = InFlight(labels.label)
     metrics = [MetricsObserver(registry, labels, state)] if settings.metrics else []
     if metrics:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from ollama_tap.boxes.box import UPSTREAM_HEADER, Box
@@ -64,6 +64,11 @@ class Router:
         self.by_name = {box.name: box for box in self.boxes}
         self.affinity = affinity
         self._last: OrderedDict[str, str] = OrderedDict()
+        self.client_of: Callable[[Exchange], str] = lambda ex: ex.client_name or ex.client
+        """Who sent an exchange, for --affinity: routing comes before the request hook that
+        names the client, so the app wires the naming rules in (ClientNames.name_of)."""
+        self._going: dict[str, tuple[Box, str]] = {}
+        """Each exchange on a box, with the model key it is counted under."""
 
     def plan(self, ex: Exchange) -> Plan:
         """The ranked boxes for `ex` and the route to the first (nothing is noted: the
@@ -126,7 +131,7 @@ class Router:
 
     def _kept(self, ex: Exchange, ranked: list[Ranked]) -> Ranked | None:
         """The client's last box, when it is in (a) too."""
-        name = self._last.get(ex.client_name or ex.client)
+        name = self._last.get(self.client_of(ex))
         return next((r for r in ranked if r[0] == 0 and r[5].name == name), None)
 
     def _reason(self, box: Box, tier: int, model: str | None, cost: float) -> str:
@@ -149,31 +154,35 @@ class Router:
         return f"every box is down; trying {name} first"
 
     def going(self, ex: Exchange, box: Box) -> None:
-        """`ex` is sent to `box`: counted there until `gone`."""
+        """`ex` is sent to `box`: counted there, under its model as known now, until `gone`."""
         ex.box = box.name
-        box.in_flight += 1
         key = model_key(ex.model) if ex.model else ""
+        self._going[ex.id] = box, key
+        box.in_flight += 1
         box.flight[key] = box.flight.get(key, 0) + 1
         if self.affinity:
-            key = ex.client_name or ex.client
-            self._last[key] = box.name
-            self._last.move_to_end(key)
+            client = self.client_of(ex)
+            self._last[client] = box.name
+            self._last.move_to_end(client)
             if len(self._last) > AFFINITY_CLIENTS:
                 self._last.popitem(last=False)
 
     def gone(self, ex: Exchange) -> None:
-        """`ex` ended (or left its box for the next one)."""
-        box = self.by_name.get(ex.box)
-        if box is not None:
-            box.in_flight -= 1
-            key = model_key(ex.model) if ex.model else ""
-            ok = ex.outcome is Outcome.OK and key and not box.poller.resident(key)
-            if ok and (seen := box.loads.outlook(ex)) is not None:
-                box.served[key] = seen.opts
-            if box.flight.get(key, 0) > 1:
-                box.flight[key] -= 1
-            else:
-                box.flight.pop(key, None)
+        """`ex` ended (or left its box for the next one): a model that replied there is
+        resident (`Box.served`) until the box's next /api/ps read says otherwise."""
+        went = self._going.pop(ex.id, None)
+        if went is None:
+            return
+        box, key = went
+        box.in_flight -= 1
+        if box.flight.get(key, 0) > 1:
+            box.flight[key] -= 1
+        else:
+            box.flight.pop(key, None)
+        key = model_key(ex.model) if ex.model else ""
+        ok = ex.outcome is Outcome.OK and key and not box.poller.resident(key)
+        if ok and (seen := box.loads.outlook(ex)) is not None:
+            box.served[key] = seen.opts
 
 
 def refusal(named: str | None, router: Router) -> str:

@@ -9,7 +9,9 @@ from typing import Any
 import aiohttp
 
 from ollama_tap.app import BOXES
+from ollama_tap.ollama.names import model_key
 from tests.boxes.conftest import MODELS, Rig
+from tests.conftest import MakeProxy
 from tests.support.fake_ollama.models import new_model
 from tests.support.records import records
 from tests.support.waiting import eventually
@@ -130,3 +132,27 @@ async def test_management_routes_need_the_box_named(rig: Rig) -> None:
             assert "'gpu9'" in (await resp.json())["error"]
     assert "mine:latest" in rig.fakes["gpu2"].models
     assert "mine:latest" not in rig.fakes["gpu1"].models
+
+
+async def test_client_affinity_keeps_a_client_on_its_last_resident_box(
+    rig: Rig, proxy_factory: MakeProxy
+) -> None:
+    boxes = tuple(f"{n}={f.url}" for n, f in rig.fakes.items())
+    sticky = await proxy_factory(upstream=boxes, affinity="client")
+    llama = MODELS[0]
+    async with aiohttp.ClientSession() as s:
+        for name in ("gpu1", "gpu2"):  # resident on both; the app last used gpu2
+            headers = {"X-Ollama-Tap-Upstream": name, "X-Ollama-Tap-Client": "notes"}
+            body = {"model": llama, "messages": []}
+            async with s.post(sticky.url + "/api/chat", json=body, headers=headers) as resp:
+                assert resp.status == 200
+        await eventually(lambda: all(
+            b.poller.resident(model_key(llama)) for b in sticky.app[BOXES].boxes[:2]
+        ))  # fmt: skip
+        for written, (client, home) in enumerate((("notes", "gpu2"), ("other", "gpu1")), 3):
+            body = {"model": llama, "messages": []}
+            headers = {"X-Ollama-Tap-Client": client}
+            async with s.post(sticky.url + "/api/chat", json=body, headers=headers) as resp:
+                assert resp.status == 200
+            newest = (await records(sticky, written))[0]
+            assert (newest["client_name"], newest["box"]) == (client, home), newest["route"]
