@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -16,6 +16,7 @@ from ollama_tap.facts import LoadFact, LoadRole
 from ollama_tap.hooks import Phase
 from ollama_tap.loads.events import Cause, Departure, LoadEvent
 from ollama_tap.loads.metrics import LoadMetrics
+from ollama_tap.loads.runners import Runners, Upstream
 from ollama_tap.loads.state import (
     DIED_TEXTS,
     OOM_TEXTS,
@@ -36,7 +37,7 @@ from ollama_tap.loads.state import (
 from ollama_tap.measures import COLD_START_NS
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
-from ollama_tap.ollama.names import model_key, valid_key
+from ollama_tap.ollama.names import model_key
 from ollama_tap.ollama.options import (
     Change,
     ModelFacts,
@@ -58,21 +59,6 @@ TRACKED: Final = INFERENCE_ENDPOINTS | EMBEDDING_ENDPOINTS
 log = structlog.get_logger("ollama_tap.loads")
 Known = dict[tuple[ModelFacts, str | None], dict[str, Any]]
 """A request's runner options by the model's facts and the box's version (`outlook`)."""
-
-
-class Upstream(Protocol):
-    """What the tracker asks of the poller."""
-
-    @property
-    def version(self) -> str | None: ...
-
-    def digest_of(self, model: str | None) -> str | None: ...
-
-    def runner_key(self, digest: str | None) -> str | None: ...
-
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
-
-    def poke_ps(self, then: Callable[[], None] | None = None) -> None: ...
 
 
 class LoadTracker:
@@ -103,7 +89,7 @@ class LoadTracker:
         self.upstream = upstream
         self.is_remote = is_remote
         self.events: deque[LoadEvent] = deque(maxlen=RING)
-        self._runners: dict[str, Runner] = {}
+        self._runners = Runners(labels.spelling)
         self._snapshots = 0
         self._down = False
         self._oom_at = float("-inf")
@@ -119,7 +105,7 @@ class LoadTracker:
         model = ex.model
         if ex.endpoint not in TRACKED or not model or self.is_remote(model):
             return None
-        key = self._key(model)
+        key = self._runners.key(self.upstream, model)
         runner = self._runners.get(key)
         facts = ModelFacts(*self.upstream.model_facts(model))
         version = self.upstream.version
@@ -146,7 +132,7 @@ class LoadTracker:
 
     def last_load(self, model: str) -> float | None:
         """Seconds the model's last load here took, when a reply said."""
-        runner = self._runners.get(self._key(model))
+        runner = self._runners.get(self._runners.key(self.upstream, model))
         event = runner.current if runner is not None else None
         return event.load_duration if event is not None else None
 
@@ -155,7 +141,7 @@ class LoadTracker:
         if seen is None:
             return
         model, key, opts = ex.model or "", seen.key, seen.opts
-        runner = self._runner(key, model)
+        runner = self._runners.of(key, model)
         if honoured_keep_alive(ex) is not None:  # the latest keep_alive is the runner's
             runner.unload_after, runner.keep_alive_by = None, ex.id
         now = time.time()
@@ -181,7 +167,7 @@ class LoadTracker:
         p: Pending | None = ex.metadata.pop(NAME, None)
         if p is None:
             return
-        runner = self._runner(p.key, p.model)
+        runner = self._runners.of(p.key, p.model)
         runner.flight.pop(p.id, None)
         runner.last_end = time.time()
         event = None
@@ -233,7 +219,7 @@ class LoadTracker:
         now, mono = time.time(), time.monotonic()
         rows: dict[str, LoadedModel] = {}
         for entry in loaded.values():
-            rows[self._row_key(entry)] = entry
+            rows[self._runners.row_key(self.upstream, entry)] = entry
         first, after_down = self._snapshots == 0, self._down
         self._snapshots += 1
         self._down = False
@@ -242,7 +228,7 @@ class LoadTracker:
             return
         appeared = [
             k for k, row in rows.items()
-            if (not (r := self._runner(k, row.name)).resident or r.relisted(row))
+            if (not (r := self._runners.of(k, row.name)).resident or r.relisted(row))
             and not self._unloading(k, mono)
         ]  # fmt: skip
         # What may have made room: a model new in this read, one a reply showed loading,
@@ -271,7 +257,7 @@ class LoadTracker:
             if restart and runner.resident and key not in rows:
                 runner.resident, runner.departure = False, Departure(Cause.RESTART)
         for key, row in rows.items():
-            runner = self._runner(key, row.name)
+            runner = self._runners.of(key, row.name)
             if not runner.resident and runner.flight:
                 self._ps_load(runner, row, time.monotonic())  # loading for a request seen
             elif not runner.resident:
@@ -388,31 +374,6 @@ class LoadTracker:
             request=ex.id,
             changes=[c.text for c in p.changes], **self._where,
         )  # fmt: skip
-
-    # --- keys
-
-    def _key(self, model: str) -> str:
-        digest = self.upstream.runner_key(self.upstream.digest_of(model))
-        if digest:
-            return digest
-        valid = valid_key(model)
-        return f"name:{valid[0] if valid else model}"
-
-    def _row_key(self, row: LoadedModel) -> str:
-        key = self.upstream.runner_key(row.digest) or f"name:{model_key(row.name)}"
-        alias = f"name:{model_key(row.name)}"
-        if key != alias and alias in self._runners and key not in self._runners:
-            # Seen by name before /api/tags told its digest: one runner.
-            runner = self._runners[key] = self._runners.pop(alias)
-            for pending in runner.flight.values():
-                pending.key = key
-        return key
-
-    def _runner(self, key: str, name: str) -> Runner:
-        runner = self._runners.get(key)
-        if runner is None:
-            runner = self._runners[key] = Runner(self.labels.spelling(name) or name)
-        return runner
 
     def stale_row(self, ex: Exchange) -> bool:
         """Whether the last /api/ps row of the exchange's model may describe another runner
