@@ -720,6 +720,42 @@ def loads() -> list[Panel]:
     ]
 
 
+def boxes() -> list[Panel]:
+    """Several Ollama boxes behind one tap (--upstream NAME=URL, docs/boxes.md): empty with one."""
+    b = sel(model=False, endpoint=False)
+    bars = {"custom": {"drawStyle": "bars", "fillOpacity": 80, "stacking": {"mode": "normal"}}}
+    return [
+        Panel(
+            "Boxes up",
+            "Each box's last poll: 1 when it answered /api/version; a box at 0 is skipped by "
+            "the router (several --upstream NAME=URL only).",
+            "short",
+            [Target(f"max by (upstream) (ollama_tap_upstream_up{b})", "{{upstream}}")],
+        ),
+        Panel(
+            "Requests by box and why",
+            "Requests the router sent to each box per second, by tier: resident (no reload), "
+            "loadable, listed, unlisted, named by the header, failover after a box failed.",
+            "reqps",
+            [Target(rate("ollama_tap_routed_total", "upstream, tier", b), "{{upstream}} {{tier}}")],
+        ),
+        Panel(
+            "Loads by box",
+            "Load events per interval on each box by inferred cause: a box that keeps loading "
+            "is one the router could not keep its models resident on.",
+            "short",
+            [
+                Target(
+                    per_bar("ollama_tap_model_loads_total", "upstream, cause", b),
+                    "{{upstream}} {{cause}}",
+                )
+            ],
+            defaults=bars,
+            interval=BAR_STEP,
+        ),
+    ]
+
+
 def health() -> list[Panel]:
     p = sel(model=False, endpoint=False)
     return [
@@ -844,6 +880,7 @@ ROWS = {
     "Context": context,
     "Models": models,
     "Loads": loads,
+    "Boxes": boxes,
     "Proxy health": health,
 }
 

@@ -22,6 +22,7 @@ class AccessLog:
     `address` the peer's. The model is logged as its metrics label (`label`,
     ModelLabels.label): a name Ollama has not vouched for is `other` here too, as on
     /metrics (the name is the client's free text until then); the record keeps the name.
+    With several boxes the line names the exchange's box and why the router chose it.
     A JSON line carries every field; on a terminal, ollama_tap/logline.py makes it short.
     """
 
@@ -53,6 +54,7 @@ class AccessLog:
             done_reason=ex.done_reason,
             error=ex.error_message,
             retried=None if ex.retried is None else ex.retried.value,
+            **({"box": ex.box, "routed": ex.route.reason} if ex.route is not None else {}),
         )
 
     def response(self, ex: Exchange) -> None:

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 from ollama_tap import auth
 from ollama_tap.accesslog import AccessLog
 from ollama_tap.attribution import ClientNames
+from ollama_tap.boxes.fleet import Boxes
 from ollama_tap.config import RecordMode, Settings
 from ollama_tap.guard import ReloadGuard
 from ollama_tap.hooks import Hooks
@@ -35,13 +36,14 @@ from ollama_tap.relay.headers import MAX_FIELD
 from ollama_tap.relay.http1.clients import REFUSALS
 from ollama_tap.tokens.store import ModelStore
 from ollama_tap.tokens.vocab import Vocab, VocabCache, VocabSource
-from ollama_tap.truncation.observer import TruncationObserver
 from ollama_tap.upstream import UpstreamPoller
 
 SETTINGS = web.AppKey("settings", Settings)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 HOOKS = web.AppKey("hooks", Hooks)
 POLLER = web.AppKey("poller", UpstreamPoller)
+"""The first box's poller (the one upstream's, unless several are named)."""
+BOXES = web.AppKey("boxes", Boxes)
 RECORDER = web.AppKey("recorder", Recorder)
 LOADS = web.AppKey("loads", LoadTracker)
 ADMIN_TOKEN = web.AppKey("admin_token", str)
@@ -87,9 +89,9 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _poller(app: web.Application) -> AsyncIterator[None]:
-    await app[POLLER].start()
+    await app[BOXES].start()
     yield
-    await app[POLLER].stop()
+    await app[BOXES].stop()
 
 
 async def _recorder(app: web.Application) -> AsyncIterator[None]:
@@ -127,8 +129,11 @@ class FrontCounts(Collector):
 
 
 async def healthz(request: web.Request) -> web.Response:
-    up = request.app[POLLER].up
-    return web.json_response({"upstream": "up" if up else "down"})
+    boxes = request.app[BOXES]
+    found: dict[str, object] = {"upstream": "up" if boxes.up else "down"}
+    if boxes.router is not None:
+        found["boxes"] = {b.name: "up" if b.poller.up else "down" for b in boxes.boxes}
+    return web.json_response(found)
 
 
 def make_app(
@@ -156,38 +161,43 @@ def make_app(
         app[ADMIN_TOKEN] = token
 
     labels = labels if labels is not None else ModelLabels(settings.model_label_cap)
-    poller = UpstreamPoller(settings, registry, labels)
+    boxes = Boxes(settings, registry, labels)
+    poller, loads = boxes.first.poller, boxes.first.loads
+    # With one box its poller answers as before; with several, the exchange's box does.
+    state = poller if boxes.router is None else boxes
     recorder = Recorder(
         settings,
         registry,
-        digest_of=poller.digest_of,
-        version_of=lambda: poller.version,
+        digest_of=state.digest_of,
+        version_of=boxes.version_of,
         spelling=labels.spelling,
     )
     clients = ClientNames(
         settings.client_label_cap, header=settings.client_header, rules=settings.clients
     )
+    if boxes.router is not None:
+        # A client is an app at an address: its prompt cache is that process's.
+        boxes.router.client_of = lambda ex: (
+            f"{clients.name_of(ex.request_headers, ex.client)}@{ex.client}"
+        )
     inflight = InFlight(labels.label)
-    metrics = [MetricsObserver(registry, labels, poller)] if settings.metrics else []
+    metrics = [MetricsObserver(registry, labels, state)] if settings.metrics else []
     if metrics:
         clients.on_free(metrics[0].m.forget_client)
         inflight_metrics.register(registry, inflight)
         registry.register(FrontCounts(app))
     labels.on_free(lambda model: inflight.forget("model", model))
     clients.on_free(lambda client: inflight.forget("client", client))
-    otel = start_otel(settings, registry, labels, poller.context_length)
+    otel = start_otel(settings, registry, labels, state.context_length)
     traced = otel.observers if otel is not None else []
-    loads = LoadTracker(registry, labels, poller)
-    truncation = TruncationObserver(registry, labels, poller, loads.stale_row)
-    poller.on_ps(loads.ps)
+    # With several boxes the guard asks the routed box's tracker (relay/tapped.py, guard_for).
     guard = ReloadGuard(loads, registry, labels) if settings.reload_guard else None
     # Hooks orders them by the phase each declares (names, analysis, sinks: hooks.Phase).
     builtin = [
         clients,
         labels,
         inflight,
-        truncation,
-        loads,
+        *boxes.observers(),
         *metrics,
         recorder,
         AccessLog(labels.label),
@@ -196,6 +206,7 @@ def make_app(
     ]
     hooks = Hooks([*builtin, *observers], registry)
     app[POLLER], app[RECORDER], app[HOOKS], app[LOADS] = poller, recorder, hooks, loads
+    app[BOXES] = boxes
     app[VOCABS] = _vocab_cache(app, settings)
 
     app.cleanup_ctx.extend([_upstream_session, _poller, _recorder])
@@ -206,10 +217,11 @@ def make_app(
     if settings.metrics:
         app.router.add_get(settings.metrics_path, metrics_handler(registry))
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
-    add_loads_routes(app, loads, with_client=settings.record_mode is RecordMode.FULL)
+    trackers = [b.loads for b in boxes.boxes]
+    add_loads_routes(app, trackers, with_client=settings.record_mode is RecordMode.FULL)
     inflight_api.add_routes(app, inflight)
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.
     app.router.add_route("*", "/_tap/{tail:.*}", auth.tap_not_found)
-    install(app, settings, hooks, guard)  # last: everything else, any method, goes to Ollama
+    install(app, settings, hooks, boxes, guard)  # last: everything else, any method, goes to Ollama
     return app

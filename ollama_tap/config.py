@@ -10,7 +10,7 @@ import socket
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -18,13 +18,26 @@ from yarl import URL
 
 from ollama_tap import dbfile, pgurl
 from ollama_tap.attribution import DEFAULT_HEADER, parse_rule
-from ollama_tap.credentials import redacted_url
+from ollama_tap.boxes.spec import (
+    DEFAULT_UPSTREAM,
+    BoxSpec,
+    parse_boxes,
+    parse_ollama_host,
+    resolve_upstream,
+)
 from ollama_tap.pgurl import is_postgres_url
 from ollama_tap.settings_error import ConfigError
 
-__all__ = ["ConfigError", "RecordMode", "Settings", "is_postgres_url"]
+__all__ = [
+    "DEFAULT_UPSTREAM",
+    "ConfigError",
+    "RecordMode",
+    "Settings",
+    "is_postgres_url",
+    "parse_ollama_host",
+    "resolve_upstream",
+]
 
-DEFAULT_UPSTREAM = "http://127.0.0.1:11434"
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")
 """An HTTP header name (RFC 9110's token), bounded."""
 MiB = 1024 * 1024
@@ -50,9 +63,18 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: Annotated[int, Field(ge=0, le=65535)] = Field(11435, description="Port to listen on.")
-    upstream: str | None = Field(
-        None,
-        description="Ollama's URL; else OLLAMA_HOST (Ollama's own rules), else " + DEFAULT_UPSTREAM,
+    upstream: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="Ollama's URL (else OLLAMA_HOST by Ollama's rules, else "
+        + DEFAULT_UPSTREAM
+        + "), or NAME=URL once per box to route between several (comma-separated in "
+        "OLLAMA_TAP_UPSTREAM; docs/boxes.md).",
+        json_schema_extra={"metavar": "[NAME=]URL"},
+    )
+    affinity: Literal["none", "client"] = Field(
+        "none",
+        description="With several boxes, 'client' keeps a client on the box it used last "
+        "while its model is resident there without a reload (prompt-cache reuse).",
     )
     metrics: bool = Field(True, description="Measure exchanges and serve the metrics path.")
     metrics_path: str = Field("/metrics", description="Path of the Prometheus endpoint.")
@@ -158,6 +180,15 @@ class Settings(BaseSettings):
         description="Most `client` label values besides the --client names; the rest are `other`.",
     )
 
+    @field_validator("upstream", mode="before")
+    @classmethod
+    def _upstream(cls, v: object) -> object:
+        if v is None:
+            return ()
+        if isinstance(v, str):
+            return tuple(part.strip() for part in v.split(",") if part.strip())
+        return v
+
     @field_validator("clients", mode="before")
     @classmethod
     def _clients(cls, v: object) -> object:
@@ -210,9 +241,19 @@ class Settings(BaseSettings):
         return binds_loopback(self.host)
 
     @property
+    def boxes(self) -> tuple[BoxSpec, ...]:
+        """The Ollama boxes, in the order given (ollama_tap/boxes/spec.py)."""
+        return _boxes(self.upstream, os.environ.get("OLLAMA_HOST"))[0]
+
+    @property
+    def named_boxes(self) -> bool:
+        """Whether the boxes were named (NAME=URL): routing, and the `upstream` label."""
+        return _boxes(self.upstream, os.environ.get("OLLAMA_HOST"))[1]
+
+    @property
     def upstream_url(self) -> URL:
-        """The resolved upstream (see `resolve_upstream`)."""
-        return resolve_upstream(self.upstream, os.environ.get("OLLAMA_HOST"))
+        """The first box's URL: the one upstream unless several are named."""
+        return self.boxes[0].url
 
     @property
     def record_mode(self) -> RecordMode:
@@ -237,13 +278,14 @@ class Settings(BaseSettings):
 
     def check(self) -> None:
         """Refuse settings that cannot work, with a message that names the fix."""
-        up = self.upstream_url
-        if forwards_to_itself(up, self.host, self.port):
-            raise ConfigError(
-                f"ollama-tap would forward to itself ({up} is its own listen address "
-                f"{self.host}:{self.port}); point --upstream or OLLAMA_TAP_UPSTREAM at Ollama "
-                "(e.g. http://127.0.0.1:11434), or unset OLLAMA_HOST in the proxy's shell."
-            )
+        for box in self.boxes:
+            if forwards_to_itself(up := box.url, self.host, self.port):
+                raise ConfigError(
+                    f"ollama-tap would forward to itself ({up} is its own listen address "
+                    f"{self.host}:{self.port}); point --upstream or OLLAMA_TAP_UPSTREAM at "
+                    "Ollama (e.g. http://127.0.0.1:11434), or unset OLLAMA_HOST in the "
+                    "proxy's shell."
+                )
         try:
             bind_addresses(self.host)
         except OSError as exc:
@@ -265,83 +307,10 @@ class Settings(BaseSettings):
             )
 
 
-def _strip(value: str) -> str:
-    # envconfig.Var trims spaces and surrounding quotes.
-    return value.strip().strip("\"'").strip()
-
-
-def resolve_upstream(explicit: str | None, ollama_host: str | None) -> URL:
-    """Ollama's URL: an explicit setting, else OLLAMA_HOST, else the default.
-
-    Both are parsed by Ollama's own rules (envconfig.Host): no scheme means http and port
-    11434; an explicit http:// or https:// defaults the port to 80 or 443; the bare value
-    `ollama.com` means https://ollama.com:443; a path is kept; an empty, `0.0.0.0` or `::`
-    host means loopback (as Ollama's ConnectableHost does for clients).
-    """
-    for raw in (explicit, ollama_host):
-        if raw is not None and _strip(raw):
-            return parse_ollama_host(_strip(raw))
-    return URL(DEFAULT_UPSTREAM)
-
-
-_API_PATH: Final = re.compile(r"/(api|v1)(/.*)?/*$")
-"""A path that names Ollama's routes (`/api`, `/api/chat`, `/v1`): a mistake, since every
-client adds it; a prefix before them (`/ollama`, Ollama behind a reverse proxy) is kept."""
-
-
-def parse_ollama_host(value: str) -> URL:
-    scheme, sep, hostport = value.partition("://")
-    default_port = 11434
-    if not sep:
-        scheme, hostport = "http", value
-        if value == "ollama.com":
-            scheme, hostport = "https", "ollama.com:443"
-    elif scheme == "http":
-        default_port = 80
-    elif scheme == "https":
-        default_port = 443
-    else:
-        raise ConfigError(f"unsupported scheme in upstream {value!r}; use http:// or https://")
-    hostport, _, path = hostport.partition("/")
-    if "@" in hostport:
-        raise ConfigError(
-            f"upstream {redacted_url(value)!r} has a user name or password, which ollama-tap "
-            "never sends on (Ollama has no login): give the host and port only, "
-            "e.g. http://gpu-box:11434"
-        )
-    if api := _API_PATH.search("/" + path):
-        base = f"{scheme}://{hostport}" + ("/" + path)[: api.start()]
-        raise ConfigError(
-            f"upstream {redacted_url(value)!r} names an API path ({api[0]}), which clients "
-            f"add to every request themselves, so each would be a 404: give Ollama's base "
-            f"URL, e.g. {redacted_url(base)}"
-        )
-    host, port = _split_host_port(hostport, default_port)
-    if host in {"", "0.0.0.0", "::"}:
-        host = "127.0.0.1"
-    try:
-        return URL.build(scheme=scheme, host=host, port=port, path="/" + path if path else "")
-    except ValueError as exc:
-        raise ConfigError(
-            f"upstream {value!r} is not a host and port ({exc}); e.g. http://gpu-box:11434"
-        ) from None
-
-
-def _split_host_port(hostport: str, default_port: int) -> tuple[str, int]:
-    host, port_text = hostport, ""
-    if hostport.startswith("["):
-        end = hostport.find("]")
-        if end < 0:
-            raise ConfigError(f"upstream host {hostport!r} opens '[' without closing it")
-        host, rest = hostport[1:end], hostport[end + 1 :]
-        port_text = rest[1:] if rest.startswith(":") else ""
-    elif hostport.count(":") == 1:
-        host, port_text = hostport.split(":")
-    try:
-        port = int(port_text) if port_text else default_port
-    except ValueError:
-        port = default_port
-    return host, port if 0 <= port <= 65535 else default_port
+@lru_cache(maxsize=8)
+def _boxes(values: tuple[str, ...], ollama_host: str | None) -> tuple[tuple[BoxSpec, ...], bool]:
+    # Cached: the relay and the poller ask per box, and parsing is pure.
+    return parse_boxes(values, ollama_host)
 
 
 @lru_cache(maxsize=16)

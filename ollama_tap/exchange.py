@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ollama_tap.facts import LoadFact, Rewrite, Verdict
+from ollama_tap.facts import LoadFact, Rewrite, Route, Verdict
 from ollama_tap.rawreply import RawReply
 
 
@@ -297,6 +297,11 @@ class Exchange:
     truncation: Verdict | None
     """The truncation verdict (ollama_tap/truncation/observer.py), set at `response`; None
     when no rule found one, or the model is not local."""
+    box: str
+    """The box (--upstream NAME) the request went to: `default` with one plain upstream;
+    "" when it went to none (a refused management request, an answer made of every box)."""
+    route: Route | None
+    """Why the router chose that box, with several boxes (set before the request hook)."""
     load_event: LoadFact | None
     """The model load the exchange triggered or waited for (ollama_tap/loads/tracker.py),
     set at `response` or `error`; None when it met no load."""
@@ -351,6 +356,8 @@ class Exchange:
         self.outcome = None
         self.ended = None
         self.truncation = None
+        self.box = ""
+        self.route = None
         self.load_event = None
         self.output_text = None
         self.metadata = {}

@@ -113,3 +113,34 @@ class Rewrite:
             "model": self.model,
             "changes": [{"field": f.field, "from": f.sent, "to": f.resident} for f in self.fields],
         }
+
+
+class RouteTier(enum.StrEnum):
+    """Why the router sent an exchange to its box (docs/boxes.md, "Routing")."""
+
+    RESIDENT = "resident"
+    """(a) its model is resident there and this request would not reload it."""
+    LOADABLE = "loadable"
+    """(b) the box has the model and can load it without evicting a busy model."""
+    LISTED = "listed"
+    """(c) the box has the model (a load there may evict or reload a busy one)."""
+    UNLISTED = "unlisted"
+    """No box lists the model (or the request names none): the least busy box."""
+    NAMED = "named"
+    """The X-Ollama-Tap-Upstream header named the box."""
+    FAILOVER = "failover"
+    """The box chosen first refused the connection before any reply byte: the next one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where an exchange went among several boxes, and why, in words (boxes/router.py)."""
+
+    box: str
+    tier: RouteTier
+    reason: str
+    """e.g. "llama3.2 resident on gpu2 with num_ctx 8192; gpu1 would have reloaded for
+    num_ctx 4096 → 8192"."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"box": self.box, "tier": self.tier.value, "reason": self.reason}

@@ -92,9 +92,11 @@ class ReloadGuard:
         """Whether a request may be rewritten: its body is then read whole before it goes."""
         return method == "POST" and endpoint_of(raw_path) in ROUTES
 
-    def rewrite(self, ex: Exchange, body: bytes) -> bytes:
+    def rewrite(self, ex: Exchange, body: bytes, residency: Residency | None = None) -> bytes:
         """`body` as it goes upstream: with the guarded options set to the resident runner's
-        when they alone would reload it (`ex.reload_guard` then says so), else unchanged."""
+        when they alone would reload it (`ex.reload_guard` then says so), else unchanged.
+        `residency` is the routed box's load tracker with several boxes (the first box's
+        otherwise)."""
         obj = json_object(body)
         if obj is None:
             return body
@@ -102,7 +104,7 @@ class ReloadGuard:
         model, options = fields.model, fields.options
         if model is None or options is None:
             return body
-        guarded = _guarded(self.residency.reload_for(model, options, body), options)
+        guarded = _guarded((residency or self.residency).reload_for(model, options, body), options)
         if not guarded:
             return body
         sent = _spliced(body, obj, guarded)

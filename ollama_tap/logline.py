@@ -59,14 +59,17 @@ def short_id(exchange_id: str) -> str:
 
 def _exchange(event: EventDict) -> EventDict:
     """The access log's exchange as `code-helper POST /api/chat llama3.2:latest 200 ok
-    2.94s`, then what varies, then the id."""
+    2.94s` (`llama3.2:latest→gpu2` among several boxes), then what varies, then the id."""
     path = event.pop("path", None) or event.get("endpoint") or ""
     endpoint = event.pop("endpoint", None)
     if endpoint and endpoint != path:
         event["route"] = endpoint
     took = _ms(event.pop("duration_ms", None))
+    box = event.pop("box", None)  # several boxes: `llama3.2:latest→gpu2`
+    model = event.pop("model", None)
+    model = f"{model or ''}→{box}" if box else model
     head = (
-        event.pop("client", None), event.pop("method", None), path, event.pop("model", None),
+        event.pop("client", None), event.pop("method", None), path, model,
         event.pop("status", None), event.pop("outcome", None), took,
     )  # fmt: skip
     event["event"] = " ".join(str(part) for part in head if part not in (None, ""))

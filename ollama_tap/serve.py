@@ -63,8 +63,13 @@ def banner(settings: Settings, token: str | None) -> str:
         if settings.reload_guard
         else ""
     )
+    ollama = (
+        ", ".join(f"{b.name}={b.url}" for b in settings.boxes)
+        if settings.named_boxes
+        else str(settings.upstream_url)
+    )
     return (
-        f"ollama-tap {base} -> Ollama {settings.upstream_url}\n"
+        f"ollama-tap {base} -> Ollama {ollama}\n"
         f"  metrics:   {base}{settings.metrics_path}\n"
         f"  inspector: {inspector}\n"
         f"  recording: {recording}\n"
@@ -109,7 +114,11 @@ def _announce(app: web.Application, settings: Settings) -> None:
     """The banner and the log's first line, once the port is bound."""
     print(banner(settings, app.get(ADMIN_TOKEN)), file=sys.stderr, flush=True)
     structlog.get_logger("ollama_tap").info(
-        "listening", host=settings.host, port=settings.port, upstream=str(settings.upstream_url)
+        "listening",
+        host=settings.host,
+        port=settings.port,
+        upstream=str(settings.upstream_url),
+        **({"boxes": [b.name for b in settings.boxes]} if settings.named_boxes else {}),
     )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
@@ -13,6 +12,8 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry
 
+from ollama_tap.boxes.shown import ShownModels
+from ollama_tap.boxes.spec import DEFAULT_BOX, BoxSpec
 from ollama_tap.config import Settings
 from ollama_tap.metrics.registered import UpstreamMetrics
 from ollama_tap.names import ModelLabels
@@ -26,9 +27,6 @@ PsListener = Callable[["dict[str, LoadedModel] | None"], None]
 
 POLL_TIMEOUT: Final = aiohttp.ClientTimeout(total=10, sock_connect=3)
 """Polls, not proxied traffic: a slow answer is a failed poll, retried next interval."""
-SHOW_RETRY: Final = 300.0
-"""Seconds before a model whose /api/show failed is asked again (not every round: each
-failure is a poll error, and a hung one costs the whole timeout)."""
 
 log = structlog.get_logger("ollama_tap.upstream")
 
@@ -56,9 +54,17 @@ class UpstreamPoller:
         labels: ModelLabels,
         *,
         session: aiohttp.ClientSession | None = None,
+        box: BoxSpec | None = None,
     ) -> None:
+        box = box if box is not None else settings.boxes[0]
         self.interval = settings.poll_interval
-        self.base = settings.upstream_url
+        self.base = box.url
+        self.name = box.name
+        """The box's name (`default` for the one plain upstream)."""
+        self._sources = ("tags", "ps") if box.name == DEFAULT_BOX else (
+            f"tags@{box.name}", f"ps@{box.name}"
+        )  # fmt: skip
+        """Its names' sources in ModelLabels: the known names are every box's union."""
         self.labels = labels
         self.m = UpstreamMetrics(registry)
         self._session = session
@@ -67,16 +73,13 @@ class UpstreamPoller:
         self._version: str | None = None
         self._tags: dict[str, LocalModel] = {}
         self._loaded: dict[str, LoadedModel] | None = None
-        self._shown: dict[str, tuple[str, str, str]] = {}
-        self._train: dict[str, tuple[int | None, bool, int | None, str | None]] = {}
-        """Training context (`<arch>.context_length` of /api/show) and whether `capabilities`
-        holds "vision", by digest cache key."""
+        self._resident: set[str] = set()
+        self.shown = ShownModels(self.m.model_info)
+        """What /api/show said of each listed model."""
         self._ps_listeners: list[PsListener] = []
-        self._info: dict[str, tuple[str, str, str, str]] = {}
         self._tags_lock = asyncio.Lock()
         self._ps_lock = asyncio.Lock()
         """One /api/ps read at a time: an older reply landing late would roll state back."""
-        self._show_retry: dict[str, float] = {}
         self._main: asyncio.Task[None] | None = None
         self._pending: dict[str, asyncio.Task[None]] = {}
         labels.set_refresher(self.refresh_tags)
@@ -86,6 +89,11 @@ class UpstreamPoller:
     def up(self) -> bool:
         """Whether Ollama answered the last /api/version read."""
         return bool(self._up)
+
+    @property
+    def known_down(self) -> bool:
+        """Whether the last /api/version read failed (False before the first read)."""
+        return self._up is False
 
     async def start(self) -> None:
         """Open the poller's own session (unless one was given) and start polling."""
@@ -128,6 +136,25 @@ class UpstreamPoller:
         entry = self._loaded_entry(model)
         return entry.digest if entry is not None and entry.digest else None
 
+    def has(self, key: str) -> bool:
+        """Whether /api/tags lists the model of this key (model_key), or /api/ps shows it."""
+        return key in self._tags or self.resident(key)
+
+    def resident(self, key: str) -> bool:
+        """Whether the last /api/ps lists the model of this key, under its name or another
+        of its digest's."""
+        return key in self._resident
+
+    def _note_resident(self) -> None:
+        """The keys `resident` answers for, made once per read (the router asks per box)."""
+        loaded = self._loaded or {}
+        digests = {e.digest for e in loaded.values() if e.digest}
+        self._resident = set(loaded) | {k for k, t in self._tags.items() if t.digest in digests}
+
+    def loaded_keys(self) -> set[str]:
+        """The model keys the last /api/ps listed (none while Ollama is down)."""
+        return set(self._loaded or ())
+
     def on_ps(self, listener: PsListener) -> None:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
         self._ps_listeners.append(listener)
@@ -137,18 +164,13 @@ class UpstreamPoller:
         Modelfile's num_keep, per its /api/show ("", None, False, None when not shown)."""
         valid = valid_key(model) if isinstance(model, str) else None
         local = self._tags.get(valid[0]) if valid is not None else None
-        if local is None:
+        if valid is None or local is None:
             return "", None, False, None
-        cache_key = local.digest or f"name:{valid[0] if valid else ''}"
-        details = self._shown.get(cache_key)
-        train, vision, keep, _ = self._train.get(cache_key, (None, False, None, None))
-        return (details[0] if details else ""), train, vision, keep
+        return self.shown.facts(valid[0], local)
 
     def runner_key(self, digest: str | None) -> str | None:
-        """A digest's runner key: names on one weights' blob (its /api/show `modelfile` FROM)
-        share Ollama's runner, keyed by the group's smallest digest; others keep theirs."""
-        blob = facts[3] if (facts := self._train.get(digest or "")) else None
-        return min(k for k, f in self._train.items() if f[3] == blob) if blob else digest
+        """A digest's runner key (ShownModels.runner_key)."""
+        return self.shown.runner_key(digest)
 
     def loaded_format(self, model: str | None) -> str:
         """The loaded model's `details.format` per /api/ps ("gguf", "safetensors" for MLX)."""
@@ -191,14 +213,15 @@ class UpstreamPoller:
             if (data := await self._poll("api/tags")) is None:
                 return
             entries = rows_of(data)
-            self.labels.set_known("tags", (name for name, _ in entries))
+            self.labels.set_known(self._sources[0], (name for name, _ in entries))
             self._tags = {
                 model_key(name): LocalModel(
                     self.labels.label(name), name, str_or_empty(e.get("digest"))
                 )
                 for name, e in entries
             }
-            await self._update_info()
+            self._note_resident()
+            await self.shown.update(self._tags, self._show)
 
     async def poll_ps(self) -> None:
         async with self._ps_lock:
@@ -215,7 +238,7 @@ class UpstreamPoller:
 
     def _take_ps(self, data: dict[str, Any]) -> None:
         entries = rows_of(data)
-        self.labels.set_known("ps", (name for name, _ in entries))
+        self.labels.set_known(self._sources[1], (name for name, _ in entries))
         loaded = {model_key(name): self._loaded_model(name, e) for name, e in entries}
         self._count_transitions(loaded)
         for entry in loaded.values():
@@ -227,6 +250,7 @@ class UpstreamPoller:
             else:
                 self._remove_gauges(entry.label, self.m.context_length)
         self._loaded = loaded
+        self._note_resident()
         self._tell_ps(loaded)
 
     def _tell_ps(self, loaded: dict[str, LoadedModel] | None) -> None:
@@ -247,6 +271,7 @@ class UpstreamPoller:
         for entry in (self._loaded or {}).values():
             self._remove_gauges(entry.label, *self._model_gauges, self.m.loaded)
         self._loaded = None
+        self._note_resident()
 
     def _forget_model(self, label: str) -> None:
         """A freed label slot: the counters and the 0 `model_loaded` an unload left go too."""
@@ -289,27 +314,6 @@ class UpstreamPoller:
                     self.m.loaded.labels(entry.label).set(0)
                     self._remove_gauges(entry.label, *self._model_gauges)
 
-    async def _update_info(self) -> None:
-        for key, local in self._tags.items():
-            cache_key = local.digest or f"name:{key}"
-            details = self._shown.get(cache_key)
-            if details is None:
-                if self._show_retry.get(cache_key, 0.0) > time.monotonic():
-                    continue
-                shown = await self._show(local.name)
-                if shown is None:
-                    self._show_retry[cache_key] = time.monotonic() + SHOW_RETRY
-                    continue
-                details, self._train[cache_key] = shown
-                self._shown[cache_key] = details
-            self._set_info(key, (local.label, *details))
-        for key in self._info.keys() - self._tags.keys():
-            self.m.model_info.remove(*self._info.pop(key))
-        current = {t.digest or f"name:{k}" for k, t in self._tags.items()}
-        self._shown = {k: v for k, v in self._shown.items() if k in current}
-        self._train = {k: v for k, v in self._train.items() if k in current}
-        self._show_retry = {k: v for k, v in self._show_retry.items() if k in current}
-
     async def _show(self, name: str) -> Shown | None:
         try:
             data = await self._read("POST", "api/show", {"model": name})
@@ -317,15 +321,6 @@ class UpstreamPoller:
             log.debug("poll_failed", error=str(exc))
             return None
         return shown_facts(data)
-
-    def _set_info(self, key: str, labels: tuple[str, str, str, str]) -> None:
-        previous = self._info.get(key)
-        if previous == labels:
-            return
-        if previous is not None:
-            self.m.model_info.remove(*previous)
-        self.m.model_info.labels(*labels).set(1)
-        self._info[key] = labels
 
     def _loaded_entry(self, model: str | None) -> LoadedModel | None:
         """The /api/ps entry of a name, or of another name for the same model: Ollama keys
@@ -344,9 +339,9 @@ class UpstreamPoller:
         self.m.up.set(1 if up else 0)
         if up != self._up:
             if up:
-                log.info("upstream_up", upstream=str(self.base), version=detail)
+                log.info("upstream_up", upstream=str(self.base), box=self.name, version=detail)
             else:
-                log.warning("upstream_down", upstream=str(self.base), error=detail)
+                log.warning("upstream_down", upstream=str(self.base), box=self.name, error=detail)
         self._up = up
 
     def _set_version(self, version: str) -> None:

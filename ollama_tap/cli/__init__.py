@@ -21,7 +21,9 @@ from ollama_tap.recorder.schema import SchemaError
 
 # Fields whose None means "worked out at start-up": --help shows what that is here and now.
 _COMPUTED: dict[str, Callable[[Settings], object]] = {
-    "upstream": lambda s: s.upstream_url,
+    "upstream": lambda s: ", ".join(
+        f"{b.name}={b.url}" if s.named_boxes else str(b.url) for b in s.boxes
+    ),
     "db": lambda s: redacted_url(str(s.db_location)),
     "instance": lambda s: s.instance_name,
     "record": lambda s: f"{s.record_mode} (on {s.host})",
@@ -31,7 +33,7 @@ _COMPUTED: dict[str, Callable[[Settings], object]] = {
 
 def _flag_help(name: str, field: FieldInfo, computed: Settings | None) -> str:
     default = field.default
-    if default is None and computed is not None and name in _COMPUTED:
+    if default in (None, ()) and computed is not None and name in _COMPUTED:
         default = _COMPUTED[name](computed)
     shown = "none" if default is None or default == () else default
     return f"{field.description} [default: {shown}; env OLLAMA_TAP_{name.upper()}]"
@@ -58,7 +60,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
                 dest=name,
                 action="append",
                 default=argparse.SUPPRESS,
-                metavar="RULE",
+                metavar=str(extra.get("metavar", "RULE")),
                 help=_flag_help(name, field, computed),
             )
         elif field.annotation is bool:

@@ -106,6 +106,7 @@ def columns(ids: dict[str, str], now: float, slow: dict[str, float]) -> tuple[Co
         Column("model", lambda r: r["model"] or "", keep=80, cap=16),
         Column("client", lambda r: r.get("client_name") or "", keep=82, cap=12),
         Column("instance", lambda r: r.get("instance") or "", keep=35, cap=14),
+        Column("box", lambda r: r.get("box") or "", keep=60, cap=12),
         Column("status", lambda r: str(r["status"] or ""), right=True, keep=20),
         Column("outcome", lambda r: r["outcome"], keep=50),
         Column("ttft", lambda r: seconds(r["ttft"]), right=True, keep=100),
@@ -166,6 +167,7 @@ def render(records: Sequence[Row], width: int | None, now: float | None = None) 
         "truncation": not any(r.get("truncation") for r in records),
         "client": not any(r.get("client_name") for r in records),
         "instance": len({r.get("instance") for r in records}) < 2,
+        "box": len({r.get("box") for r in records}) < 2,
     }
     cells_of_marks = [c.cell(r) for c in every if c.header == "marks" for r in records]
     silent["marks"] = not any(cells_of_marks)

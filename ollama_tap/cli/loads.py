@@ -34,14 +34,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("loads", help="recent model loads and their causes, from a running proxy")
     add_options(p, os.environ.get("OLLAMA_TAP_URL", DEFAULT_URL))
     p.add_argument("--model", help="only this model's loads")
+    p.add_argument("--box", help="only this box's loads (its --upstream NAME)")
     p.add_argument("--limit", type=int, default=100, help="most events shown (newest)")
     p.add_argument("--json", action="store_true", help="print the events as JSON")
     p.set_defaults(func=run_loads)
 
 
-def fetch(url: URL, token: str | None, model: str | None, limit: int) -> list[dict[str, Any]]:
+def fetch(
+    url: URL, token: str | None, model: str | None, limit: int, box: str | None = None
+) -> list[dict[str, Any]]:
     """The events /_tap/api/loads lists, newest first (ApiError naming the fix)."""
-    query = urllib.parse.urlencode({"limit": limit, **({"model": model} if model else {})})
+    wanted = {"model": model, "box": box}
+    query = urllib.parse.urlencode({"limit": limit, **{k: v for k, v in wanted.items() if v}})
     body = get_json(url, f"/_tap/api/loads?{query}", token, timeout=10)
     loads = body.get("loads") if isinstance(body, dict) else None
     if not isinstance(loads, list):
@@ -56,7 +60,12 @@ def columns(ids: dict[str, str], now: float) -> tuple[Column, ...]:
     it) and the load's length stay whole."""
     return (
         Column("time", lambda e: compact_time(e["at"], now), keep=85),
-        Column("model", lambda e: e["model"], keep=90, cap=20),
+        Column(
+            "model",
+            lambda e: e["model"] + (f"→{e['box']}" if e.get("box") else ""),
+            keep=90,
+            cap=20,
+        ),
         Column("cause", lambda e: e["cause"], keep=100),
         Column("client", lambda e: e.get("client") or e.get("address") or "-", keep=82, cap=12),
         Column("request", lambda e: ids.get(e.get("request") or "", "-"), keep=100),
@@ -83,7 +92,7 @@ def run_loads(args: argparse.Namespace) -> int:
         url = base_url(args.url)
         token = token_for(url, args)
         warn_in_clear("loads", url, token)
-        events = fetch(url, token, args.model, args.limit)
+        events = fetch(url, token, args.model, args.limit, args.box)
     except ApiError as exc:
         return fail("loads", exc)
     if args.json:

@@ -48,6 +48,7 @@ def _filters(args: argparse.Namespace) -> Filters:
     return Filters(
         model=args.model, endpoint=args.endpoint, outcome=args.outcome, client=args.client,
         since=args.since, until=args.until, truncated=args.truncated, instance=args.instance,
+        box=args.box,
     )  # fmt: skip
 
 
@@ -194,6 +195,7 @@ def _common(p: argparse.ArgumentParser, filters: bool) -> None:
             help="only exchanges with a truncation verdict (docs/diagnoses.md)",
         )  # fmt: skip
         p.add_argument("--instance", help="only records made by this tap (its --instance)")
+        p.add_argument("--box", help="only records a box served (its --upstream NAME)")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -144,6 +144,8 @@ def head_lines(record: Record, short_id: str) -> list[str]:
         ("request", f"{record['method']} {record['path']}"),
         ("model", (record.get("model") or "") + (f" ({digest[:19]})" if digest else "")),
         ("Ollama", record.get("ollama_version")),
+        ("box", record.get("box") if record.get("route") else None),
+        ("route", record.get("route")),
         ("status", status),
         ("privacy mode", record.get("mode")),
         ("sizes", sizes),

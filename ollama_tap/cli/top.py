@@ -103,7 +103,8 @@ def frame(
         rate = "" if x["rate"] is None else f"{x['rate']:.1f}"
         position = "" if x["position"] is None else str(x["position"])
         style = "yellow" if x["phase"] == "waiting" else None
-        cells = {"client": x["client"], "model": x["model"], "endpoint": x["endpoint"],
+        model = f"{x['model']}→{x['box']}" if x.get("box") else x["model"]  # several boxes
+        cells = {"client": x["client"], "model": model, "endpoint": x["endpoint"],
                  "phase": x["phase"], "pos": position, "elapsed": _seconds(x["elapsed"]),
                  "out": str(x["outputs"]), "rate": rate}  # fmt: skip
         # Text cells: names are printed as text, never read as rich markup.

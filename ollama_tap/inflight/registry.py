@@ -165,18 +165,21 @@ class InFlight:
     def snapshot(self) -> dict[str, Any]:
         """Every exchange in flight, oldest first, as `/_tap/api/inflight` answers; a
         waiting one's position counts the waiting exchanges of its model before it, from 1.
-        One pass: with 2,000 streams in flight this is the whole cost of an answer.
+        One pass: with 2,000 streams in flight this is the whole cost of an answer. With
+        several boxes each row names its `box`, and positions count per box.
         Positions are counted per model name as requested, so a name only one client
         has asked for yet is not queued behind every other unproven one."""
         now = self.clock()
         positions: dict[str, int] = {}
+        queues: dict[tuple[str, str], int] = {}
         rows: list[dict[str, Any]] = []
         for entry in sorted(self.entries.values(), key=_started):
             ex = entry.ex
             model = self._shown_model(ex.model, entry.key[1])
             position: int | None = None
-            if ex.first_output is None:
-                position = positions[model] = positions.get(model, 0) + 1
+            if ex.first_output is None:  # each box queues its own: positions count per box
+                positions[model] = positions.get(model, 0) + 1
+                position = queues[ex.box, model] = queues.get((ex.box, model), 0) + 1
             rate = entry.live_rate(now)
             rows.append(
                 {
@@ -189,6 +192,7 @@ class InFlight:
                     "outputs": ex.output_events,
                     "rate": None if rate is None else round(rate, 2),
                     "position": position,
+                    "box": ex.box if ex.route is not None else None,
                 }
             )
         return {"at": time.time(), "in_flight": len(rows), "waiting": positions, "exchanges": rows}

@@ -84,6 +84,8 @@ class LoadEvent:
     """Monotonic time the load was over (reply) or seen (ps): the end of its window."""
     source: str = "reply"
     """"reply" (a load_duration over the threshold) or "ps" (a model new in /api/ps)."""
+    box: str = ""
+    """The box it loaded on (its --upstream NAME), "" with one plain upstream."""
     id: str = field(default_factory=lambda: f"load-{next(_ids)}")
 
     @property
@@ -107,7 +109,7 @@ class LoadEvent:
             return ", ".join(c.text for c in self.changes)
         d = self.departure
         if d is not None and d.by is not None:
-            return f"evicted by {d.by}"
+            return f"evicted by {d.by}" + (f" on {self.box}" if self.box else "")
         if d is not None and d.by_request is not None:
             who = f" from {d.client}" if d.client and with_client else ""
             return f"unloaded by request {d.by_request}{who}"
@@ -139,4 +141,5 @@ class LoadEvent:
             "context_length": self.context_length,
             "reduced_from": self.reduced_from,
             "source": self.source,
+            "box": self.box or None,
         }

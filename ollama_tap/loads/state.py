@@ -60,6 +60,27 @@ class Pending:
     """The app's name (X-Ollama-Tap-Client or a --client rule), "" when it has none."""
 
 
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    """How a request's model stands on one box before it goes there (the router's input)."""
+
+    key: str
+    """The runner's key (LoadTracker._key)."""
+    opts: dict[str, Any]
+    """The runner options the request asks for."""
+    resident: bool = False
+    """Resident, and not idle past its expiry."""
+    changes: list[Change] = field(default_factory=list)
+    """The fields that would make Ollama reload it for this request (rule L2)."""
+    last_load: float | None = None
+    """Seconds its last load on this box took, when a reply said."""
+
+    @property
+    def reloads(self) -> bool:
+        """Resident, but this request's options would reload it."""
+        return self.resident and any(c.certain for c in self.changes)
+
+
 @dataclass(slots=True)
 class Runner:
     """One scheduler key (a model digest, or a name when no digest is known)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -16,11 +16,13 @@ from ollama_tap.facts import LoadFact, LoadRole
 from ollama_tap.hooks import Phase
 from ollama_tap.loads.events import Cause, Departure, LoadEvent
 from ollama_tap.loads.metrics import LoadMetrics
+from ollama_tap.loads.runners import Runners, Upstream
 from ollama_tap.loads.state import (
     DIED_TEXTS,
     OOM_TEXTS,
     SLACK,
     UNLOADING,
+    Outlook,
     Pending,
     Runner,
     alike,
@@ -35,7 +37,7 @@ from ollama_tap.loads.state import (
 from ollama_tap.measures import COLD_START_NS
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
-from ollama_tap.ollama.names import model_key, valid_key
+from ollama_tap.ollama.names import model_key
 from ollama_tap.ollama.options import (
     Change,
     ModelFacts,
@@ -55,21 +57,8 @@ TRACKED: Final = INFERENCE_ENDPOINTS | EMBEDDING_ENDPOINTS
 """Routes whose requests make Ollama schedule a runner."""
 
 log = structlog.get_logger("ollama_tap.loads")
-
-
-class Upstream(Protocol):
-    """What the tracker asks of the poller."""
-
-    @property
-    def version(self) -> str | None: ...
-
-    def digest_of(self, model: str | None) -> str | None: ...
-
-    def runner_key(self, digest: str | None) -> str | None: ...
-
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
-
-    def poke_ps(self, then: Callable[[], None] | None = None) -> None: ...
+Known = dict[tuple[ModelFacts, str | None], dict[str, Any]]
+"""A request's runner options by the model's facts and the box's version (`outlook`)."""
 
 
 class LoadTracker:
@@ -94,11 +83,13 @@ class LoadTracker:
         is_remote: Callable[[str | None], bool] = is_cloud_model,
     ) -> None:
         self.m = LoadMetrics(registry)
+        self.box = ""
+        """The box's name among several (boxes/fleet.py); "" with one plain upstream."""
         self.labels = labels
         self.upstream = upstream
         self.is_remote = is_remote
         self.events: deque[LoadEvent] = deque(maxlen=RING)
-        self._runners: dict[str, Runner] = {}
+        self._runners = Runners(labels.spelling)
         self._snapshots = 0
         self._down = False
         self._oom_at = float("-inf")
@@ -106,14 +97,51 @@ class LoadTracker:
 
     # --- hooks
 
-    def request(self, ex: Exchange) -> None:
+    def outlook(self, ex: Exchange, known: Known | None = None) -> Outlook | None:
+        """How the exchange's model stands on this box, noting nothing (the router asks each
+        box before the request goes to one): None for a route or model not tracked.
+        `known` keeps the request's runner options by what they depend on (the model's
+        facts, the version) for the next box asked about the same request."""
         model = ex.model
         if ex.endpoint not in TRACKED or not model or self.is_remote(model):
+            return None
+        key = self._runners.key(self.upstream, model)
+        runner = self._runners.get(key)
+        facts = ModelFacts(*self.upstream.model_facts(model))
+        version = self.upstream.version
+        opts = known.get((facts, version)) if known is not None else None
+        if opts is None:
+            native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
+            opts = runner_options(
+                honoured_options(ex),
+                shift_field(ex.request_body) if native else None,
+                facts,
+                parse_version(version),
+            )
+            if known is not None:
+                known[facts, version] = opts
+        if runner is None:
+            return Outlook(key, opts)
+        resident = runner.resident and not runner.expired_idle(time.time())
+        changes: list[Change] = []
+        if resident:
+            ctx = runner.row.context_length if runner.row is not None else None
+            changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
+        last = runner.current.load_duration if runner.current is not None else None
+        return Outlook(key, opts, resident, changes, last)
+
+    def last_load(self, model: str) -> float | None:
+        """Seconds the model's last load here took, when a reply said."""
+        runner = self._runners.get(self._runners.key(self.upstream, model))
+        event = runner.current if runner is not None else None
+        return event.load_duration if event is not None else None
+
+    def request(self, ex: Exchange) -> None:
+        seen = self.outlook(ex)
+        if seen is None:
             return
-        key = self._key(model)
-        runner = self._runner(key, model)
-        native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
-        opts = self._runner_options(model, honoured_options(ex), ex.request_body, native)
+        model, key, opts = ex.model or "", seen.key, seen.opts
+        runner = self._runners.of(key, model)
         if honoured_keep_alive(ex) is not None:  # the latest keep_alive is the runner's
             runner.unload_after, runner.keep_alive_by = None, ex.id
         now = time.time()
@@ -129,8 +157,7 @@ class LoadTracker:
         # Not resident while requests for it are in flight: a load is under way.
         p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
-            ctx = runner.row.context_length if runner.row is not None else None
-            p.changes = reload_changes(runner.opts, ctx, opts, runner.auto_ctx)
+            p.changes = seen.changes
             if any(c.certain for c in p.changes):
                 self._predicted(ex, p)
         runner.flight[ex.id] = p
@@ -150,7 +177,7 @@ class LoadTracker:
         the model is not resident (or remote)."""
         if self.is_remote(model):
             return []
-        runner = self._runners.get(self._key(model))
+        runner = self._runners.get(self._runners.key(self.upstream, model))
         if runner is None or not runner.resident or runner.expired_idle(time.time()):
             return []
         ctx = runner.row.context_length if runner.row is not None else None
@@ -161,7 +188,7 @@ class LoadTracker:
         p: Pending | None = ex.metadata.pop(NAME, None)
         if p is None:
             return
-        runner = self._runner(p.key, p.model)
+        runner = self._runners.of(p.key, p.model)
         runner.flight.pop(p.id, None)
         runner.last_end = time.time()
         event = None
@@ -213,7 +240,7 @@ class LoadTracker:
         now, mono = time.time(), time.monotonic()
         rows: dict[str, LoadedModel] = {}
         for entry in loaded.values():
-            rows[self._row_key(entry)] = entry
+            rows[self._runners.row_key(self.upstream, entry)] = entry
         first, after_down = self._snapshots == 0, self._down
         self._snapshots += 1
         self._down = False
@@ -222,7 +249,7 @@ class LoadTracker:
             return
         appeared = [
             k for k, row in rows.items()
-            if (not (r := self._runner(k, row.name)).resident or r.relisted(row))
+            if (not (r := self._runners.of(k, row.name)).resident or r.relisted(row))
             and not self._unloading(k, mono)
         ]  # fmt: skip
         # What may have made room: a model new in this read, one a reply showed loading,
@@ -251,7 +278,7 @@ class LoadTracker:
             if restart and runner.resident and key not in rows:
                 runner.resident, runner.departure = False, Departure(Cause.RESTART)
         for key, row in rows.items():
-            runner = self._runner(key, row.name)
+            runner = self._runners.of(key, row.name)
             if not runner.resident and runner.flight:
                 self._ps_load(runner, row, time.monotonic())  # loading for a request seen
             elif not runner.resident:
@@ -276,7 +303,7 @@ class LoadTracker:
                 by.current.evicted.append(runner.name)
             else:
                 by.victims.append(runner.name)  # its load is still under way
-            log.info("model_evicted", model=runner.name, by=dep.by)
+            log.info("model_evicted", model=runner.name, by=dep.by, **self._where)
 
     def _ps_load(self, runner: Runner, row: LoadedModel, mono: float) -> None:
         """A model new in /api/ps that no reply has shown loading (L0 b)."""
@@ -336,7 +363,9 @@ class LoadTracker:
         self, runner: Runner, p: Pending | None, at: float, started: float, *, source: str
     ) -> LoadEvent:
         cause, dep = cause_of(runner, p)
-        event = LoadEvent(runner.name, cause, at, started, departure=dep, source=source)
+        event = LoadEvent(
+            runner.name, cause, at, started, departure=dep, source=source, box=self.box
+        )
         event.evicted, runner.victims = runner.victims, []
         if p is not None:
             set_trigger(event, p)
@@ -353,7 +382,7 @@ class LoadTracker:
         self.m.loads[self._label(runner.name), str(cause)].inc()
         log.info(
             "model_load", model=runner.name, cause=str(cause), detail=event.detail,
-            request=event.request, client=event.client, address=event.address,
+            request=event.request, client=event.client, address=event.address, **self._where,
         )  # fmt: skip
         return event
 
@@ -364,33 +393,8 @@ class LoadTracker:
         log.warning(
             "reload_predicted", model=p.model, client=ex.client_name or None, address=ex.client,
             request=ex.id,
-            changes=[c.text for c in p.changes],
+            changes=[c.text for c in p.changes], **self._where,
         )  # fmt: skip
-
-    # --- keys
-
-    def _key(self, model: str) -> str:
-        digest = self.upstream.runner_key(self.upstream.digest_of(model))
-        if digest:
-            return digest
-        valid = valid_key(model)
-        return f"name:{valid[0] if valid else model}"
-
-    def _row_key(self, row: LoadedModel) -> str:
-        key = self.upstream.runner_key(row.digest) or f"name:{model_key(row.name)}"
-        alias = f"name:{model_key(row.name)}"
-        if key != alias and alias in self._runners and key not in self._runners:
-            # Seen by name before /api/tags told its digest: one runner.
-            runner = self._runners[key] = self._runners.pop(alias)
-            for pending in runner.flight.values():
-                pending.key = key
-        return key
-
-    def _runner(self, key: str, name: str) -> Runner:
-        runner = self._runners.get(key)
-        if runner is None:
-            runner = self._runners[key] = Runner(self.labels.spelling(name) or name)
-        return runner
 
     def stale_row(self, ex: Exchange) -> bool:
         """Whether the last /api/ps row of the exchange's model may describe another runner
@@ -411,6 +415,11 @@ class LoadTracker:
             for cause in Cause:
                 self.m.loads[label, str(cause)].inc(0)
             self.m.reduced[(label,)].inc(0)
+
+    @property
+    def _where(self) -> dict[str, str]:
+        """The box, in log lines, when there are several."""
+        return {"box": self.box} if self.box else {}
 
     def _label(self, name: str | None) -> str:
         return self.labels.label(name)

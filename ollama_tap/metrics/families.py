@@ -240,6 +240,11 @@ MODEL_INFO: Final = _gauge(
     "Model details per /api/show (=1).",
 )
 
+ROUTED: Final = _counter(
+    "ollama_tap_routed_total", ("upstream", "tier"),
+    "Requests the router sent to a box (several --upstream NAME=URL only), by why (docs/boxes.md).",
+)
+
 # --- The load tracker's (ollama_tap/loads/)
 
 MODEL_LOADS: Final = _counter(

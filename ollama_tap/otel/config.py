@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from yarl import URL
@@ -43,6 +43,8 @@ class OtelConfig:
     """Prompts and outputs go on the span: the recorder's privacy mode is `full`."""
     metrics: bool
     upstream: URL
+    boxes: dict[str, URL] = field(default_factory=dict)
+    """Each box's URL by name: a span's `server.address` is its exchange's box."""
 
     def signal_url(self, signal: str) -> str | None:
         """--otlp-endpoint read as OTEL_EXPORTER_OTLP_ENDPOINT is: a base URL, to which
@@ -103,4 +105,5 @@ def otel_config(settings: Settings, env: Mapping[str, str] | None = None) -> Ote
         content=settings.record_mode is RecordMode.FULL,
         metrics=settings.otel_metrics,
         upstream=settings.upstream_url,
+        boxes={b.name: b.url for b in settings.boxes},
     )

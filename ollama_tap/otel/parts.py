@@ -70,7 +70,8 @@ def span_parts(
         return None
     body = request_object(ex, config)
     full = config.content  # the recorder's privacy mode is `full`
-    common = spans.common(ex, operation, config.upstream, config.semconv, spelling)
+    upstream = config.boxes.get(ex.box, config.upstream)
+    common = spans.common(ex, operation, upstream, config.semconv, spelling)
     server = dict(common)
     server.update(spans.server_attributes(ex, body, context_length, full=full, spelling=spelling))
     if config.content and operation != sc.EMBEDDINGS:

@@ -38,6 +38,8 @@ _STREAMED: Final = sc.TAP + "streamed"
 _OUTCOME: Final = sc.TAP + "outcome"
 _RETRIED: Final = sc.TAP + "retried"
 _CLIENT: Final = sc.TAP + "client"
+_BOX: Final = sc.TAP + "box"
+_ROUTE: Final = sc.TAP + "route"
 _TRUNCATION: Final = sc.TAP + "truncation"
 _DECODE_RATE: Final = sc.TAP + "decode_rate"
 _UTILIZATION: Final = sc.TAP + "context_utilization"
@@ -179,6 +181,8 @@ def tap_attributes(ex: Exchange, context_length: ContextLength | None) -> Attrib
         attrs[_RETRIED] = str(ex.retried)
     if ex.client_name:
         attrs[_CLIENT] = ex.client_name
+    if ex.route is not None:  # several boxes: which served it, and why the router chose it
+        attrs[_BOX], attrs[_ROUTE] = ex.box, ex.route.reason
     verdict = ex.truncation
     if verdict is not None:
         attrs[_TRUNCATION] = str(verdict.kind)

@@ -51,7 +51,7 @@ class Recorder:
         registry: CollectorRegistry,
         *,
         digest_of: Callable[[str], str | None] | None = None,
-        version_of: Callable[[], str | None] | None = None,
+        version_of: Callable[[Exchange], str | None] | None = None,
         spelling: Callable[[str | None], str | None] = recordable,
     ) -> None:
         self.mode = settings.record_mode
@@ -60,7 +60,7 @@ class Recorder:
         self.digest_of = digest_of
         """The model's current digest by canonical name (the upstream poller's knowledge)."""
         self.version_of = version_of
-        """Ollama's version per the poller's last /api/version read."""
+        """The Ollama version of the exchange's box, per its poller's last /api/version read."""
         self.spelling = spelling
         """The `model` column: the canonical name as typed, or as Ollama lists it (names.py)."""
         self.store = Store(settings.db_location, settings.db_timeout)
@@ -79,7 +79,11 @@ class Recorder:
                 settings.recorder_queue,
                 retention,
                 self.metrics,
-                Origin(settings.instance_name, upstream),
+                Origin(
+                    settings.instance_name,
+                    upstream,
+                    {b.name: str(b.url.with_user(None)) for b in settings.boxes},
+                ),
             )
 
     async def start(self) -> None:
@@ -112,7 +116,7 @@ class Recorder:
             keep_text = self.mode is RecordMode.FULL
             timeline = Timeline(keep_text=keep_text) if scope is Scope.FULL else None
             cap = Capture(scope, None, None, timeline)
-            cap.version = self.version_of() if self.version_of is not None else None
+            cap.version = self.version_of(ex) if self.version_of is not None else None
             if timeline is not None and keep_text:
                 ex.output_text = timeline
                 if not ex.response_bytes:

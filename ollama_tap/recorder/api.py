@@ -48,6 +48,7 @@ def filters_of(query: Mapping[str, str]) -> Filters:
         until=parse_time(until) if until else None,
         truncated=_flag(query, "truncated"),
         instance=query.get("instance") or None,
+        box=query.get("box") or None,
     )
 
 

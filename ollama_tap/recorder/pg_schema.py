@@ -73,6 +73,12 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
     # v3: the reload guard's change to the request body (SQLite's v10).
     ("ALTER TABLE records ADD COLUMN reload_guard TEXT",),
+    # v4: the box that served the exchange and why the router chose it (SQLite's v11).
+    (
+        "ALTER TABLE records ADD COLUMN box TEXT",
+        "ALTER TABLE records ADD COLUMN route TEXT",
+        "CREATE INDEX records_box ON records(box, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 LOCKS: Final = 0x6F6C6C74  # "ollt": the first key of every advisory lock this program takes

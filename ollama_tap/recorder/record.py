@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
@@ -45,7 +45,7 @@ COLUMNS: Final = (
     "prompt_tokens", "cached_tokens", "eval_tokens", "context_len", "done_reason",
     "request_bytes", "response_bytes", "chunks", "error_message", "retried",
     "truncation", "load_event", "client_name", "instance", "upstream", "ollama_version",
-    "reload_guard", "nbytes", "doc", "timeline", "reply_raw",
+    "reload_guard", "box", "route", "nbytes", "doc", "timeline", "reply_raw",
 )  # fmt: skip
 VALUES: Final = operator.itemgetter(*COLUMNS)
 """A row's values in COLUMNS order: binding them by position spares the driver a dict lookup
@@ -140,7 +140,9 @@ class Origin:
     instance: str
     """The tap's --instance name."""
     upstream: str
-    """The upstream's URL, without user or password."""
+    """The upstream's URL, without user or password (the first box's)."""
+    boxes: dict[str, str] = field(default_factory=dict)
+    """Each box's URL by name, without user or password: a record names its box's."""
 
 
 def to_row(ex: Exchange, cap: Capture, mode: RecordMode, origin: Origin) -> dict[str, Any]:
@@ -182,9 +184,11 @@ def to_row(ex: Exchange, cap: Capture, mode: RecordMode, origin: Origin) -> dict
         # A bounded label (on the metrics too), unlike the address: kept in every mode.
         "client_name": ex.client_name or None,
         "instance": origin.instance,
-        "upstream": origin.upstream,
+        "upstream": origin.boxes.get(ex.box, origin.upstream),
         "ollama_version": cap.version,
         "reload_guard": _json(ex.reload_guard),
+        "box": ex.box or None,
+        "route": ex.route.reason if ex.route is not None else None,
         "nbytes": ROW_OVERHEAD + len(doc) + len(timeline or b"") + len(reply_raw or b""),
         "doc": doc,
         "timeline": timeline,

@@ -91,6 +91,13 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # v10: the reload guard's change to the request body (JSON, ollama_tap/guard.py), NULL
     # for a body that went as the client sent it.
     ("ALTER TABLE records ADD COLUMN reload_guard TEXT",),
+    # v11: the box (--upstream NAME) that served the exchange and why the router chose it
+    # (ollama_tap/boxes/router.py); the route is NULL with one box.
+    (
+        "ALTER TABLE records ADD COLUMN box TEXT",
+        "ALTER TABLE records ADD COLUMN route TEXT",
+        "CREATE INDEX records_box ON records(box, seq)",
+    ),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

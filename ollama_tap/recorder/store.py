@@ -45,6 +45,8 @@ class Filters:
     """Only records with a truncation verdict."""
     instance: str | None = None
     """The tap that made the record (its --instance)."""
+    box: str | None = None
+    """The box that served it (its --upstream NAME)."""
 
     def where(self) -> tuple[list[str], list[Any]]:
         clauses: list[str] = []
@@ -57,6 +59,7 @@ class Filters:
             ("started >= ?", self.since),
             ("started < ?", self.until),
             ("instance = ?", self.instance),
+            ("box = ?", self.box),
         ):
             if value is not None:
                 clauses.append(column)

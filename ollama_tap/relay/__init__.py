@@ -15,6 +15,7 @@ from typing import Any, Final
 import structlog
 from aiohttp import hdrs, web
 
+from ollama_tap.boxes.fleet import Boxes
 from ollama_tap.config import Settings
 from ollama_tap.hooks import Hooks
 from ollama_tap.relay.headers import MAX_FIELD
@@ -47,20 +48,28 @@ def server_args() -> dict[str, Any]:
 
 
 def install(
-    app: web.Application, settings: Settings, hooks: Hooks, guard: Guard | None = None
+    app: web.Application,
+    settings: Settings,
+    hooks: Hooks,
+    boxes: Boxes,
+    guard: Guard | None = None,
 ) -> Tap:
-    """Set up the data path: the driver, the HTTP/1 server, the upstream pool and shutdown;
+    """Set up the data path: the driver, the HTTP/1 server, a pool per box and shutdown;
     `guard` is the reload guard when it is on.
 
     Called last: the front's rule reads the proxy's own paths from the router as it is then.
     """
-    tap = app[TAP] = Tap(settings, hooks, guard)
-    pool = UpstreamPool(settings.upstream_url, settings.connect_timeout, settings.read_timeout)
+    tap = app[TAP] = Tap(settings, hooks, boxes, guard)
+    pools = {
+        b.name: UpstreamPool(b.url, settings.connect_timeout, settings.read_timeout)
+        for b in boxes.boxes
+    }
     rule = Rule(OwnedPaths(app.router), check_host=settings.loopback_bind)
-    app[FRONT] = Front(tap, pool, rule)
+    app[FRONT] = Front(tap, pools, rule)
 
     async def close_pool(_: web.Application) -> None:
-        pool.close()  # after in-flight exchanges ended (cleanup follows shutdown)
+        for pool in pools.values():
+            pool.close()  # after in-flight exchanges ended (cleanup follows shutdown)
 
     app.on_cleanup.append(close_pool)
     app.on_shutdown.append(_shut_down)

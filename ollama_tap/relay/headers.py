@@ -78,11 +78,11 @@ class UpstreamTarget:
         return self.prefix + raw_path_qs
 
 
-def target_of(settings: Settings) -> UpstreamTarget:
-    """The upstream of `settings`; the span's traceparent is sent up only with
-    --otel-propagate while spans are exported at all."""
+def target_of(settings: Settings, url: URL | None = None) -> UpstreamTarget:
+    """The upstream of `settings` (or the box at `url`); the span's traceparent is sent up
+    only with --otel-propagate while spans are exported at all."""
     propagate = settings.otel_propagate and otel_enabled(settings, os.environ)
-    return UpstreamTarget(settings.upstream_url, propagate=propagate)
+    return UpstreamTarget(url or settings.upstream_url, propagate=propagate)
 
 
 def kept_headers(headers: Pairs, fixed: frozenset[str]) -> list[tuple[str, str]]:

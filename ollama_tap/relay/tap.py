@@ -15,15 +15,23 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import structlog
+from prometheus_client import CollectorRegistry
 
+from ollama_tap.boxes.box import UPSTREAM_HEADER
+from ollama_tap.boxes.fleet import Boxes
+from ollama_tap.boxes.router import Router, refusal
+from ollama_tap.boxes.unions import UNION_ROUTES, UNION_TYPE, NoBoxAnswered
 from ollama_tap.config import Settings
 from ollama_tap.exchange import Outcome
+from ollama_tap.facts import Route, RouteTier
 from ollama_tap.hooks import Hooks
+from ollama_tap.names import ModelLabels
+from ollama_tap.ollama.routes import MANAGEMENT_ENDPOINTS
 from ollama_tap.relay.bodies import Upload, held_for_resend
 from ollama_tap.relay.failures import INTERNAL_ERROR, ClientGone, UpstreamGone, no_reply
 from ollama_tap.relay.headers import target_of
 from ollama_tap.relay.incoming import Incoming
-from ollama_tap.relay.retry import retry_reason
+from ollama_tap.relay.retry import may_resend, retry_reason
 from ollama_tap.relay.tapped import Guard, Stage, Tapped
 
 log = structlog.get_logger("ollama_tap.relay")
@@ -40,6 +48,8 @@ class Fact(enum.Enum):
     """The upstream cut its reply (`Report.error`)."""
     UNREACHABLE = "unreachable"
     """No reply came, after the one second send if it was made (`Report.error`)."""
+    ANSWERED = "answered"
+    """The proxy answered itself (several boxes: a union listing, a refusal)."""
 
 
 class Report:
@@ -77,8 +87,12 @@ class Transport(Protocol):
 
     def abort_client(self) -> None: ...
 
-    def answer(self, status: int, body: bytes) -> None:
+    def answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         """Write a response the proxy made (if the client is there to take it)."""
+        ...
+
+    def aim(self, box: str) -> None:
+        """Send to this box (by name) from now on."""
         ...
 
     def release(self) -> None:
@@ -90,19 +104,36 @@ class Transport(Protocol):
 class Tap:
     """The per-app half: settings, hooks, where requests go, what is in flight, shutdown."""
 
-    def __init__(self, settings: Settings, hooks: Hooks, guard: Guard | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        hooks: Hooks,
+        boxes: Boxes | None = None,
+        guard: Guard | None = None,
+    ) -> None:
         self.settings = settings
         self.hooks = hooks
         self.guard = guard
         """The reload guard (`--reload-guard`), None when off."""
-        self.target = target_of(settings)
+        if boxes is None:  # a driver on its own (tests): the boxes of the settings, unpolled
+            boxes = Boxes(settings, CollectorRegistry(), ModelLabels(settings.model_label_cap))
+        self.boxes = boxes
+        self.router = boxes.router
+        """None with one box: every request goes to it, as it always did."""
+        self.targets = {b.name: target_of(settings, b.url) for b in boxes.boxes}
+        self.target = self.targets[boxes.first.name]
         self.shutting_down = False
         """Set when shutdown begins: an exchange cancelled from then on ends as `shutdown`."""
         self._in_flight: set[asyncio.Task[Any]] = set()
 
     def exchange(self, incoming: Incoming) -> Tapped:
         """A new exchange for a request the transport parsed."""
-        return Tapped(self.settings, self.hooks, self.target, incoming, self.guard)
+        tapped = Tapped(self.settings, self.hooks, self.target, incoming, self.guard)
+        if self.router is None:
+            tapped.ex.box = self.boxes.first.name
+        else:
+            tapped.guard_later = True  # the routed box's runner decides (Tap._routed)
+        return tapped
 
     async def drive(self, relay: Transport) -> None:
         """Run one exchange to its end; whatever happens, it ends once with an outcome."""
@@ -115,6 +146,8 @@ class Tap:
             await self._run(relay)
             await tapped.finish()
         finally:
+            if self.router is not None:
+                self.router.gone(tapped.ex)
             if tapped.stage < Stage.SETTLED:  # a bug in the driver itself: still one end
                 log.error("exchange_unsettled", id=tapped.ex.id, stage=tapped.stage.name)
                 tapped.settle(Outcome.PROXY_ERROR)
@@ -153,11 +186,94 @@ class Tap:
     async def _exchange(self, relay: Transport) -> Report:
         """Send the request (once more if the rule allows), relay the reply."""
         data = await relay.tapped.upload()
+        if self.router is not None:
+            return await self._routed(relay, self.router, data)
         try:
             await self._send(relay, data)
         except (ConnectionError, TimeoutError, OSError) as exc:
             return Report(Fact.UNREACHABLE, error=exc)
         return await relay.relay_reply()
+
+    async def _routed(
+        self, relay: Transport, router: Router, data: bytes | AsyncIterator[bytes] | None
+    ) -> Report:
+        """With several boxes: answer from all of them, refuse, or send to the box the
+        router ranks first; a connection that fails before any reply byte (and that the
+        retry rule would send again) goes to the next box (docs/boxes.md)."""
+        tapped = relay.tapped
+        ex = tapped.ex
+        if ex.method == "GET" and ex.endpoint in UNION_ROUTES:
+            return await self._union(relay)
+        named = ex.request_headers.get(UPSTREAM_HEADER) or next(
+            (v for k, v in ex.request_headers.items() if k.lower() == UPSTREAM_HEADER.lower()), None
+        )
+        if named is not None or ex.endpoint in MANAGEMENT_ENDPOINTS:
+            box = router.by_name.get((named or "").strip())
+            if box is None:
+                return self._refuse(relay, refusal(named, router))
+            boxes = [box]
+            ex.route = Route(box.name, RouteTier.NAMED, f"{UPSTREAM_HEADER} named {box.name}")
+        else:
+            if isinstance(data, bytes):
+                tapped.parse_body()  # the model decides the box; the body is at hand
+            plan = router.plan(ex)
+            boxes, ex.route = plan.boxes, plan.route
+            if isinstance(data, bytes):
+                data = tapped.guard_for(data, boxes[0].loads)
+        for box in boxes:
+            relay.aim(box.name)
+            router.going(ex, box)
+            self.boxes.routed[box.name, ex.route.tier.value].inc()
+            try:
+                await self._send(relay, data)
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                after = boxes[boxes.index(box) + 1 :]
+                if not after or not self._next_box(relay, data, exc):
+                    return Report(Fact.UNREACHABLE, error=exc)
+                await relay.drop_attempt()
+                router.gone(ex)
+                ex.box = ""
+                failed = f"{box.name} failed before replying ({exc})"
+                why = f"{ex.route.reason}; {failed}, so {after[0].name}"
+                ex.route = Route(after[0].name, RouteTier.FAILOVER, why)
+                log.info(
+                    "next_box",
+                    id=ex.id,
+                    path=ex.path,
+                    box=box.name,
+                    to=after[0].name,
+                    error=str(exc),
+                )
+                continue
+            return await relay.relay_reply()
+        raise AssertionError("a plan has at least one box")
+
+    def _next_box(
+        self, relay: Transport, data: bytes | AsyncIterator[bytes] | None, exc: BaseException
+    ) -> bool:
+        """Whether a request whose send failed goes to the next box: no reply byte came, the
+        client is still there, the route may be sent twice, and the body is at hand."""
+        ex = relay.tapped.ex
+        if isinstance(exc, UpstreamGone) and not exc.unanswered:
+            return False
+        if relay.client_gone() or not may_resend(ex.method, ex.endpoint):
+            return False
+        return data is None or isinstance(data, bytes)
+
+    def _refuse(self, relay: Transport, message: str) -> Report:
+        relay.answer(400, relay.tapped.proxy_error(400, message))
+        return Report(Fact.ANSWERED, at=0.0)
+
+    async def _union(self, relay: Transport) -> Report:
+        """A model-less listing answered from every box (boxes/unions.py)."""
+        tapped = relay.tapped
+        try:
+            body = await self.boxes.unions.answer(tapped.ex.endpoint, tapped.raw_path_qs)
+        except NoBoxAnswered as exc:
+            return Report(Fact.UNREACHABLE, error=ConnectionError(str(exc)))
+        relay.answer(200, body, UNION_TYPE)
+        tapped.answered_by_proxy(200, UNION_TYPE, body)
+        return Report(Fact.ANSWERED, at=tapped.last_write or 0.0)
 
     async def _send(self, relay: Transport, data: bytes | AsyncIterator[bytes] | None) -> None:
         """Send the request; once more, on a fresh connection, when a reused one died
@@ -195,6 +311,9 @@ class Tap:
             # single reply (up to the tee limit: a large embedding).
             tapped.close_reader(report.at)
             self._settle(relay, tapped.reply_outcome(), report.at)
+        elif fact is Fact.ANSWERED:
+            ok = relay.tapped.ex.status == 200
+            self._settle(relay, Outcome.OK if ok else Outcome.UPSTREAM_ERROR, report.at or None)
         elif fact is Fact.CLIENT_LEFT:
             self._settle(relay, *tapped.left(Outcome.CLIENT_DISCONNECTED))
         elif fact is Fact.UPSTREAM_CUT:

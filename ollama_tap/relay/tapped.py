@@ -16,11 +16,11 @@ import asyncio
 import enum
 import time
 from collections.abc import AsyncIterator
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 from aiohttp import hdrs
-from multidict import CIMultiDictProxy
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from ollama_tap import ollama, tracecontext
 from ollama_tap.config import Settings
@@ -40,7 +40,7 @@ class Guard(Protocol):
 
     def covers(self, method: str, raw_path: str) -> bool: ...
 
-    def rewrite(self, ex: Exchange, body: bytes) -> bytes: ...
+    def rewrite(self, ex: Exchange, body: bytes, residency: Any = None) -> bytes: ...
 
 
 REST_OF_BODY_SECONDS: Final = 10.0
@@ -80,6 +80,7 @@ class Tapped:
         self.body_tee_limit = settings.body_tee_limit
         self.reply_tee_limit = settings.reply_tee_limit
         url = incoming.rel_url
+        self.raw_path_qs = url.raw_path_qs
         arrived = incoming.arrived
         ex = self.ex = Exchange(
             method=incoming.method,
@@ -103,6 +104,11 @@ class Tapped:
             else None
         )
         """The reload guard, when it is on and may rewrite this request's body."""
+        self.guard_later = False
+        """Several boxes: the body is rewritten once routed (`guard_for`), for that box's
+        runner; read whole here all the same."""
+        self.parsed = False
+        """The whole body was parsed (it is on the Exchange)."""
         self.content = incoming.content
         self.has_body = incoming.has_body
         self.reader: ollama.Reader | None = None
@@ -139,7 +145,11 @@ class Tapped:
             return None
         if content.is_eof():
             data = await content.read()
-            if self.guard is not None and len(data) <= self.body_tee_limit:
+            if (
+                self.guard is not None
+                and not self.guard_later
+                and len(data) <= self.body_tee_limit
+            ):
                 data = self.guard.rewrite(self.ex, data)
             self.tee_piece(data)
             return data
@@ -161,9 +171,26 @@ class Tapped:
                 self.tee_piece(b"".join(pieces))  # past the limit: the tee gives up
                 self.streaming = TeedBody(self, self.content)
                 return Upload(self.streaming, b"".join(pieces))
-        data = guard.rewrite(self.ex, b"".join(pieces))
+        data = b"".join(pieces)
+        if not self.guard_later:
+            data = guard.rewrite(self.ex, data)
         self.tee_piece(data)
         return data
+
+    def guard_for(self, data: bytes, residency: Any) -> bytes:
+        """`data` (the whole body, read and teed) as it goes to the routed box: rewritten
+        for that box's runner when the guard covers it; the tee and the parsed fields then
+        hold what goes."""
+        if self.guard is None or len(data) > self.body_tee_limit:
+            return data
+        sent = self.guard.rewrite(self.ex, data, residency)
+        if sent is not data:
+            self.ex.request_bytes = 0
+            self.tee_buf = bytearray() if self.tee else None
+            self.parsed = False
+            self.tee_piece(sent)
+            self.parse_body()
+        return sent
 
     def tee_piece(self, data: bytes) -> None:
         self.ex.request_bytes += len(data)
@@ -200,7 +227,7 @@ class Tapped:
         """Fill the Exchange's request fields from the teed body. A body still streaming in
         (the upstream answered first) keeps being teed, and is parsed again at its end or
         at the exchange's (`body_ended`, `end`): the record gets what arrived."""
-        if not self.tee:
+        if not self.tee or self.parsed:
             return
         ex, buf = self.ex, self.tee_buf
         body = bytes(buf) if buf is not None else b""
@@ -208,6 +235,7 @@ class Tapped:
         ex.request = ollama.parse_request_fields(body, buf is None)
         if not self.body_open():
             self.tee_buf = None  # the Exchange holds the one copy from here on
+            self.parsed = True  # the router parsed it before the request hook
 
     def body_open(self) -> bool:
         """Whether the request body is still streaming in."""
@@ -288,6 +316,15 @@ class Tapped:
         if self.answered():
             return self.reply_outcome(), self.last_write
         return otherwise, None
+
+    def answered_by_proxy(self, status: int, content_type: str, body: bytes) -> None:
+        """The proxy wrote this whole answer itself just now (several boxes: a listing of
+        every box's): the Exchange and the hooks take it as a reply of that body."""
+        now = time.monotonic()
+        head = {hdrs.CONTENT_TYPE: content_type, hdrs.CONTENT_LENGTH: str(len(body))}
+        self.reply_head(status, CIMultiDictProxy(CIMultiDict(head)), now)
+        self.read_piece(body, now)
+        self.close_reader(now)
 
     def proxy_error(self, status: int, message: str) -> bytes:
         """The body of a response the proxy makes itself, in the route family's error shape;

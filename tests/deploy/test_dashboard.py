@@ -28,7 +28,7 @@ from tests.deploy.stack import (
 
 ROWS = [
     "Overview", "Latency", "Phases", "Throughput", "Clients", "Context", "Models", "Loads",
-    "Proxy health",
+    "Boxes", "Proxy health",
 ]  # fmt: skip
 
 

@@ -121,7 +121,7 @@ def front(routes: tuple[str, ...] = ("/_tap/healthz", "/_tap/{tail:.*}", "/metri
     tap = Tap(settings, Hooks([], CollectorRegistry()))
     made = Front(
         tap,
-        UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None),
+        {"default": UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None)},
         Rule(OwnedPaths(app.router), check_host=True),
     )
     made.attach(cast(web.Server, Handing()))
@@ -251,7 +251,9 @@ async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_free
     )
     request.sent = reply
     client.flow.writing_paused = True  # a client too slow for the whole reply
-    relay = Http1Relay(tap, UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None), client, request)
+    relay = Http1Relay(
+        tap, {"default": UpstreamPool(URL("http://127.0.0.1:9"), 1.0, None)}, client, request
+    )
     await asyncio.wait_for(tap.drive(relay), 2)
     head, _, body = bytes(transport.written).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b'{"ok":true}'

@@ -61,7 +61,7 @@ async def write_records(
     """The records database after these batches, in order: its path or URL."""
     settings = make_settings(tmp_path, **({} if db is None else {"db": db}))
     current: list[str | None] = [None]
-    rec = Recorder(settings, CollectorRegistry(), version_of=lambda: current[0])
+    rec = Recorder(settings, CollectorRegistry(), version_of=lambda _ex: current[0])
     await rec.start()
     seq = 0
     for batch in batches:

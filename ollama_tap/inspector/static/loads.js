@@ -45,9 +45,12 @@ function legend() {
   );
 }
 
-// One row per model; each load is a mark at its time, a link to its triggering record.
+// The model, and its box when the proxy fronts several.
+const where = (e) => (e.box ? `${e.model}→${e.box}` : e.model);
+
+// One row per model (per box); each load is a mark at its time, a link to its triggering record.
 function timeline(events) {
-  const models = [...new Set(events.map((e) => e.model))].sort();
+  const models = [...new Set(events.map(where))].sort();
   const times = events.map((e) => e.at);
   const first = Math.min(...times);
   const span = Math.max(...times) - first || 1;
@@ -63,7 +66,7 @@ function timeline(events) {
       svg("text", { x: 4, y: y + 4, class: "model-name" }, model),
       svg("line", { x1: LEFT, x2: WIDTH - 10, y1: y, y2: y, stroke: "#ccc" }),
     );
-    for (const e of events.filter((ev) => ev.model === model)) {
+    for (const e of events.filter((ev) => where(ev) === model)) {
       const mark = svg(
         "circle",
         { cx: x(e.at), cy: y, r: 7, fill: CAUSE_COLOURS[e.cause] ?? CAUSE_COLOURS.unknown,
@@ -90,7 +93,7 @@ function table(events) {
           "tr",
           { "data-id": e.id, "data-cause": e.cause },
           h("td", {}, when(e.at)),
-          h("td", {}, e.model),
+          h("td", {}, where(e)),
           h("td", {}, h("span", { class: "cause" }, e.cause)),
           h("td", {}, e.detail || ""),
           h("td", {}, e.client ?? "–"),

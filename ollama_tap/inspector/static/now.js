@@ -26,7 +26,7 @@ function row(x) {
   tr.className = x.phase;
   tr.append(
     cell(x.client || "–"),
-    cell(x.model || "–"),
+    cell(x.box ? `${x.model || "–"}→${x.box}` : x.model || "–"),
     cell(x.endpoint),
     cell(x.phase, `phase ${x.phase}`),
     cell(x.position === null ? "" : String(x.position), "num"),

@@ -53,10 +53,15 @@ class Http1Relay(ReplySink):
     buffer is full, the upstream socket is not read.
     """
 
-    def __init__(self, tap: Tap, pool: UpstreamPool, client: Client, request: FrontRequest) -> None:
+    def __init__(
+        self, tap: Tap, pools: dict[str, UpstreamPool], client: Client, request: FrontRequest
+    ) -> None:
         self.tapped = tap.exchange(request)
+        self.tap = tap
         self.target = tap.target
-        self.pool = pool
+        self.pools = pools
+        """Each box's pool, by name (one, unless several boxes are named)."""
+        self.pool = pools[tap.boxes.first.name]
         self.request = request
         self.client_conn = client
         self.client = client.transport
@@ -120,13 +125,22 @@ class Http1Relay(ReplySink):
     def abort_client(self) -> None:
         self.client.abort()
 
-    def answer(self, status: int, body: bytes) -> None:
+    def answer(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         if not self.client.is_closing():
             request = self.request
             keep = request.keep_alive and not self.client_conn.closing
             self.client.write(
-                error_response(status, body, keep_alive=keep, version=request.version)
+                error_response(
+                    status,
+                    body,
+                    keep_alive=keep,
+                    version=request.version,
+                    content_type=content_type,
+                )
             )
+
+    def aim(self, box: str) -> None:
+        self.target, self.pool = self.tap.targets[box], self.pools[box]
 
     def release(self) -> None:
         if self.began:

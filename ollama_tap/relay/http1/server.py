@@ -61,8 +61,12 @@ after a request that asked to upgrade its connection)."""
 class Front:
     """The protocol factory of the listening socket, and the connections it serves."""
 
-    def __init__(self, tap: Tap, pool: UpstreamPool, rule: Rule) -> None:
-        self.tap, self.pool, self.rule = tap, pool, rule
+    def __init__(self, tap: Tap, pools: dict[str, UpstreamPool], rule: Rule) -> None:
+        self.tap, self.pools, self.rule = tap, pools, rule
+        self.pool = pools[tap.boxes.first.name]
+        self.on_arrival = tap.router is None
+        """Whether requests may be sent on arrival: with several boxes the router decides
+        where first, from the exchange (one loop turn later)."""
         self.guard = tap.guard
         self.clients = Clients()
         self.connections = self.clients.connections
@@ -290,6 +294,7 @@ class FrontConnection(asyncio.Protocol):
             # A request the reload guard may rewrite waits for its exchange (Tapped.upload).
             sent = (
                 request is self.fresh
+                and front.on_arrival
                 and (
                     front.guard is None
                     or not front.guard.covers(request.method, request.rel_url.raw_path)
@@ -322,7 +327,7 @@ class FrontConnection(asyncio.Protocol):
     async def serve(self, request: FrontRequest) -> None:
         transport, front = self.transport, self.front
         try:
-            self.relay = Http1Relay(front.tap, front.pool, self, request)
+            self.relay = Http1Relay(front.tap, front.pools, self, request)
             await front.tap.drive(self.relay)
         except (asyncio.CancelledError, Exception):
             # Cancelled (client gone, shutdown) or a bug the driver logged and recorded:
