@@ -145,11 +145,7 @@ class Tapped:
             return None
         if content.is_eof():
             data = await content.read()
-            if (
-                self.guard is not None
-                and not self.guard_later
-                and len(data) <= self.body_tee_limit
-            ):
+            if self.guard is not None and not self.guard_later and len(data) <= self.body_tee_limit:
                 data = self.guard.rewrite(self.ex, data)
             self.tee_piece(data)
             return data
