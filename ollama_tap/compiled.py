@@ -31,6 +31,7 @@ MODULES: Final = [
     "ollama_tap/relay/http1/pool.py",
     "ollama_tap/relay/http1/request.py",
     "ollama_tap/relay/http1/relay.py",
+    "ollama_tap/relay/http1/bounds.py",
     "ollama_tap/relay/http1/server.py",
     "ollama_tap/recorder/__init__.py",
     "ollama_tap/recorder/timeline.py",
