@@ -42,16 +42,17 @@ $(VENV)/.test-deps: $(VENV)/.run-deps
 	OLLAMA_TAP_PURE_PYTHON=1 $(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-## the per-chunk modules compiled with mypyc (ollama_tap/compiled.py lists them) beside their
-## sources; again after a change to any of them or to what they import (`python3
-## ollama_tap/compiled.py` lists those), since Python imports an extension module before its
-## .py and a stale build would shadow the edit (the compiled test pass refuses to run on one)
+## the per-chunk and per-exchange modules compiled with mypyc (ollama_tap/compiled.py lists
+## them) beside their sources; again after a change to any of them or to what they import
+## (`python3 ollama_tap/compiled.py` lists those), since Python imports an extension module
+## before its .py and a stale build would shadow the edit (the compiled test pass refuses to
+## run on one)
 .SECONDEXPANSION:
 $(VENV)/.compiled: $(VENV)/.run-deps setup.py ollama_tap/compiled.py \
 		$$(shell $(PYTHON) ollama_tap/compiled.py 2>/dev/null) | build-deps
 	@touch $@.started  # an edit saved while it builds is newer than the stamp: built again
 	@$(UNBUILD)
-	@echo "compiling the fast path (1–2 minutes, once; log: $(VENV)/compile.log)"
+	@echo "compiling the fast path (2–3 minutes, once; log: $(VENV)/compile.log)"
 	@$(PY) -m pip install -q --no-build-isolation --no-deps -e . >$(VENV)/compile.log 2>&1 \
 	  || { tail -n 25 $(VENV)/compile.log; $(UNBUILD); echo "the build failed (see above)"; \
 	  exit 1; } >&2
@@ -138,7 +139,9 @@ unit: $(VENV)/.test-deps system-deps engine ollama
 # the proxy; every other module runs interpreted in both passes.
 COMPILED_TESTS := tests/relay tests/ollama tests/metrics tests/engine tests/test_framing.py \
 	tests/test_hooks.py tests/test_banner.py tests/recorder/test_timeline.py \
-	tests/recorder/test_fast_paths.py tests/recorder/test_e2e.py
+	tests/recorder/test_fast_paths.py tests/recorder/test_e2e.py tests/truncation \
+	tests/test_names.py tests/test_slots.py tests/test_attribution.py tests/test_inflight.py \
+	tests/test_accesslog.py
 
 ## the relay and per-chunk tests again, against the compiled modules (OLLAMA_TAP_COMPILED=1)
 unit-compiled: $(VENV)/.test-deps $(VENV)/.compiled engine

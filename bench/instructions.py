@@ -61,8 +61,10 @@ QUIET_AFTER: Final = 0.3
 its exchange ended (FLUSH_EVERY), which would otherwise count as the next request's. With
 FIRST_GAP, longer than the file's measurement period (MEASURE_EVERY, 1 s), so each write is
 measured in its own round and no deferred measurement falls in a counted window."""
-STARTUP_S: Final = 180.0
-"""How long a target under callgrind may take to answer its first request."""
+STARTUP_S: Final = 600.0
+"""How long a target under callgrind may take to answer its first request: under a minute
+on a quiet machine, several with many compiled modules (valgrind reads each one's symbols)
+on a loaded one."""
 
 
 def stream(
@@ -160,18 +162,20 @@ def measure(
         time.sleep(1.0)  # the writer thread's batch of the warm-up requests
         # Up to the first token: the second comes FIRST_GAP later, and the count stops
         # SETTLE after the first arrived (the proxy's work right after its write counts).
-        for _ in range(n):
+        firsts = 0 if args.whole_only else n
+        for _ in range(firsts):
             time.sleep(QUIET_AFTER)
             control(proc.pid, "--zero")
             stream(port, 2, FIRST_GAP, lambda: settle_and_dump(proc.pid))
         time.sleep(1.0)
         control(proc.pid, "--zero")
         for _ in range(n):
-            stream(port, args.tokens)
+            stream(port, args.tokens, args.delay)
         time.sleep(1.0)  # the writer thread's batch of the measured ones
         control(proc.pid, "--dump")
-        loop, other = counted(out, n + 1)
-        return median_counts(out, range(1, n + 1)), (loop // n, other // n)
+        loop, other = counted(out, firsts + 1)
+        first = median_counts(out, range(1, firsts + 1)) if firsts else (0, 0)
+        return first, (loop // n, other // n)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -188,6 +192,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=1, help="tokens per stream (default 1)")
     parser.add_argument(
+        "--delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="between two tokens of a counted exchange (default 0: the proxy, slowed by "
+        "callgrind, reads several at once, as in a burst; 0.05 gives each token a read of "
+        "its own, as a paced stream does)",
+    )
+    parser.add_argument(
         "--tap",
         action="append",
         default=[],
@@ -195,11 +208,17 @@ def parse_args() -> argparse.Namespace:
         help="an extra ollama-tap variant with this environment (repeatable)",
     )
     add_checkout_option(parser)
+    parser.add_argument(
+        "--whole-only",
+        action="store_true",
+        help="count only whole exchanges: the first-token count needs callgrind_control to "
+        "answer within FIRST_GAP, which it may not on a loaded machine",
+    )
     parser.add_argument("--floor", action="store_true", help="also count bench/floor.py")
     parser.add_argument("--keep", type=Path, help="keep callgrind's files in this directory")
     args = parser.parse_args()
-    if args.requests < 1 or args.tokens < 1:
-        parser.error("--requests and --tokens must be at least 1")
+    if args.requests < 1 or args.tokens < 1 or args.delay < 0:
+        parser.error("--requests and --tokens must be at least 1, --delay not negative")
     return args
 
 
@@ -254,7 +273,8 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     n = args.requests
     print(f"\ninstructions per request ({n} requests one at a time, each on a fresh connection)")
-    title = f"whole exchange, {args.tokens} token(s): mean"
+    paced = f", {args.delay:g} s apart" if args.delay else ""
+    title = f"whole exchange, {args.tokens} token(s){paced}: mean"
     print(f"  {'':<16}{'to the first token: median':^27}  {title:^27}")
     head = f"{'event loop':>13}{'other threads':>14}"
     print(f"  {'target':<16}{head}  {head}")

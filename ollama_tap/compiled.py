@@ -31,22 +31,54 @@ MODULES: Final = [
     "ollama_tap/relay/http1/pool.py",
     "ollama_tap/relay/http1/request.py",
     "ollama_tap/relay/http1/relay.py",
+    "ollama_tap/relay/http1/bounds.py",
     "ollama_tap/relay/http1/server.py",
     "ollama_tap/recorder/__init__.py",
     "ollama_tap/recorder/timeline.py",
     "ollama_tap/otel/wire.py",
+    # Once per exchange, on the event loop (see below).
+    "ollama_tap/ollama/routes.py",
+    "ollama_tap/ollama/request.py",
+    "ollama_tap/ollama/names.py",
+    "ollama_tap/ollama/options.py",
+    "ollama_tap/names.py",
+    "ollama_tap/slots.py",
+    "ollama_tap/cloud.py",
+    "ollama_tap/measures.py",
+    "ollama_tap/accesslog.py",
+    "ollama_tap/attribution.py",
+    "ollama_tap/inflight/registry.py",
+    "ollama_tap/truncation/observer.py",
+    "ollama_tap/truncation/rules.py",
+    "ollama_tap/truncation/context.py",
+    "ollama_tap/relay/incoming.py",
+    "ollama_tap/relay/http1/serves.py",
+    "ollama_tap/relay/http1/send.py",
+    "ollama_tap/relay/http1/clients.py",
+    "ollama_tap/recorder/scope.py",
 ]
 """What runs for every relayed chunk: the transport's read and write path (the front and
-upstream connections, the reply parser, flow control, the chunk framing), the exchange
-driver, the readers that parse each line or event into output pieces, the hooks' dispatch
-and the two observers with a per-chunk hook (the metrics' inter-token histogram, the
-recorder's timeline and raw-reply capture). And one module that runs per span, on the export
-thread: the OTLP encoder, which exists only to cost less than the SDK's (docs/opentelemetry.md,
-"What it costs") and does so compiled. Everything else that runs once per exchange or less
-(the span mapping, loads, truncation, attribution, the recorder's writer thread) stays
-interpreted: tens of µs against exchanges that last seconds do not pay for a C toolchain's
-rules, and compiled code never offers the GIL to other threads on its own, so a large body
-scrubbed in the writer thread would stall the loop for its whole length."""
+upstream connections, the reply parser, flow control, the chunk framing and the bounds on
+what llhttp buffers), the exchange driver, the readers that parse each line or event into
+output pieces, the hooks' dispatch and the two observers with a per-chunk hook (the metrics'
+inter-token histogram, the recorder's timeline and raw-reply capture). And one module that
+runs per span, on the export thread: the OTLP encoder, which exists only to cost less than
+the SDK's (docs/opentelemetry.md, "What it costs") and does so compiled.
+
+And, after the comment, what runs on the event loop once for every exchange: the route and
+fields of the request, the model and client labels, the in-flight set, the truncation
+verdict, the access log line, and the front's admission, routing and early send. Left
+interpreted they were the largest part of an exchange's cost beyond the build that compiled
+them (f88820b): for a 20-token stream paced one token a read, 1,136,000 instructions on the
+loop against 953,000 (+19 %), about +9 % CPU a chunk in `bench/overhead.py`'s `single`;
+compiled, 1,011,000 (bench/instructions.py --delay 0.05; docs/performance-log.md, 2026-12-06,
+"The per-exchange cost"). Each is a few hundred lines that compiled before and holds no
+blocking work.
+
+What stays interpreted runs less than once per exchange or off the loop: the poller, the
+span mapping, the CLI, the recorder's writer thread (compiled code never offers the GIL to
+other threads on its own, so a large body scrubbed there would stall the loop for its whole
+length)."""
 
 RECORD: Final = ".compiled-sources"
 """Beside `ollama_tap/`: the hashes of the sources the last compiling build read. An extension

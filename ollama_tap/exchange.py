@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ollama_tap.facts import LoadFact, Rewrite, Route, Verdict
+from ollama_tap.facts import LoadFact, Rewrite, Route, TraceIds, Verdict
 from ollama_tap.rawreply import RawReply
 
 
@@ -77,19 +77,6 @@ class OutputText(Protocol):
     def runs(self) -> list[tuple[OutputKind, str]] | None:
         """The text as runs of one kind, each tool call a run of its own; None when no
         text is kept."""
-
-
-class PropagatedTrace(Protocol):
-    """The trace ids the upstream was told in its `traceparent` (`--otel-propagate`): the
-    relay chooses them with the request head (ollama_tap/tracecontext.py), before
-    any span exists, and the spans take them at the exchange's end."""
-
-    @property
-    def trace_id(self) -> int: ...
-
-    @property
-    def client_span_id(self) -> int:
-        """The CLIENT span's id, which the upstream sees as its parent."""
 
 
 @dataclass(slots=True, init=False)
@@ -281,8 +268,9 @@ class Exchange:
     them at the `request` hook (the recorder in full mode); None otherwise or once dropped.
     The one capability an observer has over the data path (ollama_tap/hooks.py)."""
 
-    propagated: PropagatedTrace | None
-    """The trace ids the upstream was told, set by the relay with the request head when
+    propagated: TraceIds | None
+    """The trace ids the upstream was told in its `traceparent`, chosen by the relay with
+    the request head (ollama_tap/tracecontext.py), before any span exists, when
     `--otel-propagate` is on and the route gets spans; None otherwise."""
 
     reload_guard: Rewrite | None

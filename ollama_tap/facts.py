@@ -4,14 +4,19 @@ Each fact is a typed field of the Exchange (`Exchange.truncation`, `Exchange.loa
 set by one observer of the `ANALYSIS` phase (ollama_tap/hooks.py) and read by the sinks
 (the recorder's row, the span attributes). The types live here, not beside the observer
 that makes them, so a reader never imports another observer's module to read a fact, and
-the Exchange can name them without importing any observer.
+the Exchange can name them without importing any observer. The one fact the relay leaves,
+the trace ids it told the upstream (`Exchange.propagated`), is here for the same reason.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import SpanContext
 
 
 class TruncationKind(enum.StrEnum):
@@ -144,3 +149,37 @@ class Route:
 
     def as_json(self) -> dict[str, Any]:
         return {"box": self.box, "tier": self.tier.value, "reason": self.reason}
+
+
+class TraceIds:
+    """What the upstream was told in its `traceparent` (`Exchange.propagated`; chosen with
+    the request head by ollama_tap/tracecontext.py, taken by the spans at the end): the
+    app's context as the propagators read it (the spans'
+    parent; None when the app sent none of their headers) and the CLIENT span's context, in
+    the app's trace or, when it sent none, in a new one (sampled, as the SDK's default
+    sampler would decide)."""
+
+    __slots__ = ("client", "context")
+
+    def __init__(self, context: Context | None, client: SpanContext) -> None:
+        self.context = context
+        self.client = client
+
+    @property
+    def trace_id(self) -> int:
+        return self.client.trace_id
+
+    @property
+    def client_span_id(self) -> int:
+        return self.client.span_id
+
+    def headers(self) -> dict[str, str]:
+        """`traceparent`, and `tracestate` when the app's context had one, as the SDK's W3C
+        propagator writes them."""
+        from opentelemetry.trace import NonRecordingSpan, set_span_in_context
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        span = set_span_in_context(NonRecordingSpan(self.client))
+        TraceContextTextMapPropagator().inject(carrier, span)
+        return carrier

@@ -21,48 +21,16 @@ from typing import TYPE_CHECKING, Final, Protocol
 import structlog
 from yarl import URL
 
+from ollama_tap.facts import TraceIds
 from ollama_tap.ollama import routes
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.trace import SpanContext
 
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
 
 log = structlog.get_logger("ollama_tap.tracecontext")
-
-
-class TraceIds:
-    """What the upstream was told: the app's context as the propagators read it (the spans'
-    parent; None when the app sent none of their headers) and the CLIENT span's context, in
-    the app's trace or, when it sent none, in a new one (sampled, as the SDK's default
-    sampler would decide)."""
-
-    __slots__ = ("client", "context")
-
-    def __init__(self, context: Context | None, client: SpanContext) -> None:
-        self.context = context
-        self.client = client
-
-    @property
-    def trace_id(self) -> int:
-        return self.client.trace_id
-
-    @property
-    def client_span_id(self) -> int:
-        return self.client.span_id
-
-    def headers(self) -> dict[str, str]:
-        """`traceparent`, and `tracestate` when the app's context had one, as the SDK's W3C
-        propagator writes them."""
-        from opentelemetry.trace import NonRecordingSpan, set_span_in_context
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        carrier: dict[str, str] = {}
-        span = set_span_in_context(NonRecordingSpan(self.client))
-        TraceContextTextMapPropagator().inject(carrier, span)
-        return carrier
 
 
 class Carries(Protocol):

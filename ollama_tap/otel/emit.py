@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, TraceState
 
-from ollama_tap.tracecontext import TraceIds
+from ollama_tap.facts import TraceIds
 
 SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 UNSET: Final = Status()

@@ -18,7 +18,7 @@ from ollama_tap.otel.export import Tracing
 from ollama_tap.otel.metrics import GenAiMetrics
 from ollama_tap.otel.parts import span_parts
 from ollama_tap.otel.spans import ContextLength, Spelling
-from ollama_tap.tracecontext import TraceIds, extract
+from ollama_tap.tracecontext import extract
 
 NAME: Final = "otel"
 
@@ -56,7 +56,7 @@ class OtelObserver:
             return
         # With --otel-propagate the relay read the app's context as the request came
         # (ollama_tap/tracecontext.py): the spans take that one, not a second reading.
-        told = ex.propagated if isinstance(ex.propagated, TraceIds) else None
+        told = ex.propagated
         context = told.context if told is not None else extract(ex.request_headers)
         ids = SpanIds(remote_parent(context), told)
         self.emitter.emit(

@@ -8,7 +8,7 @@ from typing import Protocol
 from multidict import CIMultiDictProxy
 from yarl import URL
 
-from ollama_tap.tracecontext import TraceIds
+from ollama_tap.facts import TraceIds
 
 
 class BodySource(Protocol):

@@ -21,6 +21,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from ollama_tap.app import POLLER
 from tests.conftest import MakeProxy, Proxy
 from tests.support.fake_ollama import FakeOllama, Script
 from tests.support.metrics import (
@@ -39,7 +40,6 @@ from tests.support.metrics import (
     took,
     upstream_polled,
 )
-from tests.support.waiting import eventually
 
 LOAD, QUEUE, PREFILL, TOKEN = 0.3, 0.2, 0.1, 0.03
 GAP_TOL = 0.015
@@ -270,8 +270,13 @@ async def test_rate_guards(
 
 
 async def test_context_utilization_from_num_ctx_then_from_api_ps(
-    proxy: Proxy, fake_ollama: FakeOllama
+    proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
+    # /api/ps is read when the test says (after the start-up round), not on a period that
+    # a slow exchange on a loaded machine would straddle.
+    proxy = await proxy_factory(poll_interval=3600)
+    await upstream_polled(proxy)
+    poller = proxy.app[POLLER]
     client = ollama.AsyncClient(host=proxy.url)
     # Not loaded yet and no num_ctx: nothing to divide by, so no observation (and never
     # the model's training length, 131072 for llama3.2).
@@ -289,7 +294,9 @@ async def test_context_utilization_from_num_ctx_then_from_api_ps(
 
     # Without num_ctx, the loaded model's context_length from /api/ps.
     gauge = {"model": LLAMA}
-    await eventually(lambda: proxy.sample("ollama_tap_model_context_length", gauge) == 8192)
+    assert proxy.sample("ollama_tap_model_context_length", gauge) is None
+    await poller.poll_ps()
+    assert proxy.sample("ollama_tap_model_context_length", gauge) == 8192
     assert fake_ollama.models[LLAMA].model_info["llama.context_length"] == 131072
     await client.generate("llama3.2", "Why is the sky blue?")
     await settled(proxy)

@@ -15,7 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from ollama_tap.exchange import Outcome
-from ollama_tap.relay.http1.server import MAX_FRAMING
+from ollama_tap.relay.http1.bounds import MAX_FRAMING
 from tests.conftest import MakeProxy, Proxy
 from tests.support.spy import Spy
 from tests.support.wire import get, read_response

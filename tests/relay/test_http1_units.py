@@ -14,13 +14,14 @@ from yarl import URL
 from ollama_tap.config import Settings
 from ollama_tap.exchange import Outcome
 from ollama_tap.hooks import Hooks
+from ollama_tap.relay.http1.bounds import MAX_HEAD
 from ollama_tap.relay.http1.flow import FlowControl
 from ollama_tap.relay.http1.pool import UpstreamConnection, UpstreamPool
 from ollama_tap.relay.http1.relay import Http1Relay
 from ollama_tap.relay.http1.reply import Reply
 from ollama_tap.relay.http1.request import FrontRequest
 from ollama_tap.relay.http1.server import Front, FrontConnection
-from ollama_tap.relay.http1.serves import MAX_HEAD, OwnedPaths, Rule, origin_form
+from ollama_tap.relay.http1.serves import OwnedPaths, Rule, origin_form
 from ollama_tap.relay.tap import Tap
 from tests.support.spy import Spy
 
@@ -293,7 +294,7 @@ async def test_a_read_that_spans_heads_counts_only_the_open_one() -> None:
     pipelined = get("/api/version") * (2 * MAX_HEAD // len(get("/api/version")))
     conn.data_received(rest + pipelined + b"GET /api/tags HTTP/1.1\r\nHost: loc")  # one read
     assert not transport.aborted
-    assert conn.head_size < MAX_HEAD
+    assert conn.bounds.head_size < MAX_HEAD
     assert len(conn.queue) == pipelined.count(b"GET ")
     assert conn.task is not None
     conn.task.cancel()

@@ -59,6 +59,14 @@ def took(measured: float, truth_ns: int, injected: float) -> bool:
     return near(measured, truth_ns / 1e9) and measured >= injected - SLACK
 
 
+def within(measured: float, upstream_ns: int, client: float) -> bool:
+    """A duration the proxy measured, between the upstream's own (in ns; the request reached
+    the proxy before the upstream, and the reply's end left the proxy after the upstream
+    wrote it) and the client's (which holds the proxy's): bounds that hold however loaded
+    the machine, where a tolerance around either does not."""
+    return upstream_ns / 1e9 <= measured <= client
+
+
 def native(endpoint: str, model: str, stream: str | None = None) -> dict[str, str]:
     labels = {"endpoint": endpoint, "model": model}
     return labels if stream is None else {**labels, "stream": stream}

@@ -6,11 +6,17 @@ import asyncio
 import os
 import socket
 import sys
+import time
 from pathlib import Path
+from typing import Final
 
 import aiohttp
 
 ADMIN_TOKEN = "test-admin-token"
+STARTUP_SECONDS: Final = 120.0
+"""How long `serve` waits for the proxy's first answer: half a second on an idle machine,
+tens of seconds on a loaded 2-core one (the interpreted imports). A proxy that exits fails
+at once."""
 
 
 def free_port() -> int:
@@ -52,12 +58,16 @@ async def serve(
         *flags, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
     )  # fmt: skip
     url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_SECONDS
     async with aiohttp.ClientSession() as s:
-        for _ in range(200):
+        while proc.returncode is None and time.monotonic() < deadline:
             try:
                 async with s.get(f"{url}/_tap/healthz", ssl=False):
                     return proc, url
             except aiohttp.ClientConnectionError:
                 await asyncio.sleep(0.05)
+    if proc.returncode is not None:
+        raise AssertionError(f"ollama-tap exited ({proc.returncode}) before it answered")
     proc.kill()
-    raise AssertionError("ollama-tap did not start")
+    await proc.wait()
+    raise AssertionError(f"ollama-tap did not answer within {STARTUP_SECONDS:g} s")

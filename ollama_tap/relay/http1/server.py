@@ -23,22 +23,14 @@ from multidict import CIMultiDict
 from ollama_tap.relay import failures
 from ollama_tap.relay.failures import ClientGone
 from ollama_tap.relay.headers import text
+from ollama_tap.relay.http1.bounds import ReadBounds
 from ollama_tap.relay.http1.clients import Clients
 from ollama_tap.relay.http1.flow import FlowControl
 from ollama_tap.relay.http1.pool import UpstreamPool
 from ollama_tap.relay.http1.relay import Http1Relay
 from ollama_tap.relay.http1.request import BodyClock, FrontRequest, Parse
 from ollama_tap.relay.http1.send import send_on_arrival
-from ollama_tap.relay.http1.serves import (
-    MAX_FRAMING,
-    MAX_HEAD,
-    OWN,
-    TOO_LARGE,
-    Refusal,
-    Rule,
-    TooLarge,
-    origin_form,
-)
+from ollama_tap.relay.http1.serves import OWN, TOO_LARGE, Refusal, Rule, origin_form
 from ollama_tap.relay.tap import Tap
 
 log = structlog.get_logger("ollama_tap.front")
@@ -106,14 +98,7 @@ class FrontConnection(asyncio.Protocol):
         self.whole = True
         self.parsing = Parse.BETWEEN
         self.ended_in_read = False
-        self.began = False
-        """Whether a request began in the current read."""
-        self.fed = False
-        """Whether the current read brought body bytes (or ended a head)."""
-        self.head_size = 0
-        """Bytes of the current head read so far (bounded by MAX_HEAD)."""
-        self.framing = 0
-        """Bytes of chunked framing since the last body byte (bounded by MAX_FRAMING)."""
+        self.bounds = ReadBounds()
         self.refusal = b""
         """The response to a refused request (`serves.Refusal`)."""
         self.clock = BodyClock(self.flow)
@@ -151,7 +136,9 @@ class FrontConnection(asyncio.Protocol):
         parser = self.parser
         if parser is None:
             return  # the connection was lost
-        self.ended_in_read = self.began = self.fed = False
+        self.ended_in_read = False
+        bounds = self.bounds
+        bounds.read()
         try:
             parser.feed_data(data)
         except (_Stop, httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
@@ -174,26 +161,16 @@ class FrontConnection(asyncio.Protocol):
         if parsing is Parse.BETWEEN:
             self.raw, self.keeping, self.whole = [], True, True
         elif parsing is Parse.HEAD:
-            # llhttp buffers a header until it is whole, so the callbacks alone cannot bound
-            # a head that never ends: a read that began inside the head counts whole; the
-            # read the head began in counts what its callbacks saw (not the requests before
-            # it, nor the end of the head that was open when the read began).
-            if not self.began:
-                self.head_size += len(data)
-            if self.head_size > MAX_HEAD:
-                self.unparseable(TooLarge("request head too large"), TOO_LARGE)
+            if (too_large := bounds.head_read(len(data))) is not None:
+                self.unparseable(too_large, TOO_LARGE)
         elif self.current is not None:
-            # The same for a chunked body's framing: a read without a body byte counts
-            # whole; one with a body byte (or the head's end) starts the count again.
             # A body that spans reads is watched for a stall (armed once, only for those).
             clock = self.clock
-            if self.fed:
-                self.framing, clock.last_byte = 0, time.monotonic()
-            else:
-                self.framing += len(data)
+            if bounds.fed:
+                clock.last_byte = time.monotonic()
             clock.watch(self.stalled)
-            if self.framing > MAX_FRAMING:
-                self.unparseable(TooLarge("chunk framing or trailer too large"))
+            if (too_large := bounds.body_read(len(data))) is not None:
+                self.unparseable(too_large)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.parser = None
@@ -217,15 +194,15 @@ class FrontConnection(asyncio.Protocol):
     # -- llhttp callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self.parsing, self.began = Parse.HEAD, True
+        self.parsing = Parse.HEAD
+        self.bounds.begin()
         if self.ended_in_read:
             self.whole = False
-        self.url, self.header_list, self.head_size, self.longest_field = [], [], 0, 0
+        self.url, self.header_list, self.longest_field = [], [], 0
 
     def on_url(self, url: bytes) -> None:
         self.url.append(url)
-        if self.began:
-            self.head_size += len(url)
+        self.bounds.head_part(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.current is None:  # else a chunked body's trailer: not relayed
@@ -234,14 +211,12 @@ class FrontConnection(asyncio.Protocol):
                 (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
             )
             self.longest_field = max(self.longest_field, len(name), len(value))
-            if self.began:
-                self.head_size += len(name) + len(value)
+            self.bounds.head_part(len(name) + len(value))
 
     def on_headers_complete(self) -> None:
         arrived = time.monotonic()
         self.parsing = Parse.BODY
-        self.fed = True
-        self.framing = 0
+        self.bounds.head_ended()
         parser = self.parser
         assert parser is not None  # a callback of its own feed_data
         target = origin_form(text(b"".join(self.url)))
@@ -281,7 +256,7 @@ class FrontConnection(asyncio.Protocol):
                 self.pause_reading()
 
     def on_body(self, body: bytes) -> None:
-        self.fed = True
+        self.bounds.fed = True
         if self.current is not None:
             self.current.body.feed(body)
 

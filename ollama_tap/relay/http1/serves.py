@@ -14,22 +14,11 @@ from ollama_tap.ollama.routes import endpoint_of
 from ollama_tap.relay.headers import MAX_FIELD, error_response
 from ollama_tap.relay.http1.request import FrontRequest
 
-MAX_HEAD: Final = 128 * 1024
-"""Bytes of a request head past which parsing stops (llhttp has no limit of its own): the
-request is refused (431), or the connection cut."""
-MAX_FRAMING: Final = MAX_FIELD
-"""Bytes of a chunked body's framing (chunk-size lines, extensions, trailer fields) in a row,
-without a body byte between them, past which the connection is cut: llhttp bounds none of
-them and httptools grows a trailer field by concatenation (aiohttp stops at 64 KiB too)."""
 MAX_TARGET: Final = 8190
 """Bytes of a request target past which it is refused (aiohttp's limit on a request line)."""
 RELAY: Final = "relay"
 OWN: Final = "own"
 """`Rule.route`: the front relays the request; aiohttp's server answers it."""
-
-
-class TooLarge(Exception):
-    """The request head passed MAX_HEAD, or a body's framing MAX_FRAMING."""
 
 
 class Refusal:
