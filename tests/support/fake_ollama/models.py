@@ -44,6 +44,8 @@ class FakeModel:
     template: str = "{{ .Prompt }}"
     parameters: str = ""
     license: str = ""
+    """Its LICENSE layers, joined by newlines as /api/show joins them."""
+    system: str = ""
     blob: str = ""
     """The weights' blob digest (the manifest `digest` when empty): what a runner is keyed by."""
 
