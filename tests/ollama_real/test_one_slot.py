@@ -39,18 +39,18 @@ def clock(created_at: str) -> float:
 
 def began(final: dict[str, Any]) -> float:
     """When Ollama's handler started on a request: its final `created_at` less its total."""
-    return clock(final["created_at"]) - final["total_duration"] / NS
+    return clock(final["created_at"]) - float(final["total_duration"]) / NS
 
 
 def residual(final: dict[str, Any]) -> float:
     """The final object's time in no phase (the proxy's queue wait, computed from Ollama)."""
     phases = final["load_duration"] + final["prompt_eval_duration"] + final["eval_duration"]
-    return (final["total_duration"] - phases) / NS
+    return float(final["total_duration"] - phases) / NS
 
 
 def per_token(final: dict[str, Any]) -> float:
     """Seconds of decode per generated token, as Ollama measured it."""
-    return final["eval_duration"] / NS / final["eval_count"]
+    return float(final["eval_duration"]) / NS / final["eval_count"]
 
 
 def body(num_predict: int, stream: bool) -> dict[str, Any]:

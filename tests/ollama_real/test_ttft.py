@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import orjson
@@ -70,7 +70,7 @@ class Timed(asyncio.Protocol):
         return found + 2
 
 
-async def first_token(conn: Timed, base: str, body: dict[str, object], name: str) -> float:
+async def first_token(conn: Timed, base: str, body: dict[str, Any], name: str) -> float:
     """Seconds from writing the request to the arrival of the first byte of the first NDJSON
     line that carries a token; the whole reply read (its chunked framing by hand, since a
     chunk may hold several lines, or part of one)."""
@@ -88,7 +88,8 @@ async def first_token(conn: Timed, base: str, body: dict[str, object], name: str
         await conn.need(len(conn.buf) + 1)
     status = bytes(conn.buf[pos:end])
     assert status.startswith(b"HTTP/1.1 200") and b"chunked" in status.lower(), status
-    pos, reply, wire = end + 4, bytearray(), []  # wire: each body byte's offset in conn.buf
+    pos, reply = end + 4, bytearray()
+    wire: list[int] = []  # each body byte's offset in conn.buf
     while True:
         data_at = await conn.line(pos)
         size = int(conn.buf[pos : data_at - 2].split(b";")[0], 16)
@@ -112,8 +113,8 @@ async def test_the_recorded_ttft_is_the_clients_stopwatch(
     await call(real_ollama.url, "POST", "/api/generate", {"model": MODEL})  # loaded
     url = urlsplit(tapped.url)
     loop = asyncio.get_running_loop()
-    _, conn = await loop.create_connection(Timed, url.hostname, url.port)
-    body = {"model": MODEL, "prompt": "The sky is", "options": GREEDY}
+    _, conn = await loop.create_connection(Timed, url.hostname or "", url.port)
+    body: dict[str, Any] = {"model": MODEL, "prompt": "The sky is", "options": GREEDY}
     try:
         await first_token(conn, tapped.url, body, "warm-up")  # the connection, the code paths
         client = [await first_token(conn, tapped.url, body, f"t{i}") for i in range(REQUESTS)]
