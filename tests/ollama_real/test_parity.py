@@ -87,7 +87,8 @@ async def test_show_has_the_real_fields(
     """A model made the same way in both, with a system prompt and a license of its own
     (Ollama adds a license layer to the base's, replaces the system layer), then shown."""
     made = {"system": "You answer in one word.", "license": "MIT", "stream": False}
-    for server, base in ((fake_ollama.url, FAKE_MODEL), (real_ollama.url, MODEL)):
+    # The fake's base like the imported GGUF: no license, no parameters of its own.
+    for server, base in ((fake_ollama.url, "qwen3:8b"), (real_ollama.url, MODEL)):
         asked = {"model": "parity", "from": base, **made}
         created = await call(server, "POST", "/api/create", asked)
         assert created.status == 200, created.body

@@ -139,7 +139,8 @@ async def ps(fake: Engine, request: web.Request) -> web.StreamResponse:
 async def show(fake: Engine, request: web.Request) -> web.StreamResponse:
     """`GetModelInfo` (server/routes.go): api.ShowResponse in its field order, each string
     field `omitempty` (a bare GGUF import has no license, a native-template model no
-    template), `model_info` always there."""
+    template), `model_info` always there, and a GGUF's `tensors` listed verbose or not
+    (`getModelData` returns them either way; only arrays in `model_info` wait for verbose)."""
     body = await json_body(request)
     name = body.get("model") or body.get("name")
     model = fake.require(name, "model '{name}' not found")
@@ -159,6 +160,7 @@ async def show(fake: Engine, request: web.Request) -> web.StreamResponse:
     reply: dict[str, Any] = {key: value for key, value in strings.items() if value}
     reply["details"] = model.details
     reply["model_info"] = info
+    reply["tensors"] = model.tensors
     reply["capabilities"] = model.capabilities
     reply["modified_at"] = go_time(epoch_ns(model.modified_at), local=True)
     return await gin_json(request, reply)
