@@ -139,7 +139,8 @@ def _with_layers(model: FakeModel, body: dict[str, Any]) -> FakeModel:
     licenses = body.get("license")
     added = [licenses] if isinstance(licenses, str) else licenses
     own = [text for text in added or [] if isinstance(text, str) and text]
-    changes: dict[str, Any] = {k: v for k in ("template", "system") if isinstance(v := body.get(k), str) and v}
+    replaced = ("template", "system")
+    changes: dict[str, Any] = {k: v for k in replaced if isinstance(v := body.get(k), str) and v}
     if own:
         changes["license"] = "\n".join([model.license, *own] if model.license else own)
     return replace(model, **changes)
