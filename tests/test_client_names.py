@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -17,14 +16,15 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.conftest import ROOT, MakeProxy, Proxy
+from tests.ollama_real.provision import JS_VAR
 from tests.support.fake_ollama import FakeOllama
 from tests.support.metrics import LLAMA, counter, samples, settled
 from tests.support.records import records
 
 HEADER = "X-Ollama-Tap-Client"
 GEN = {"endpoint": "/api/generate", "model": LLAMA}
-NODE_CLIENT_VERSION = "0.6.4"
-"""The ollama-js release the test installs from npm (its User-Agent is `ollama-js/…`)."""
+# Read at import: the suite's isolation fixture clears every OLLAMA_TAP_* variable per test.
+_JS = os.environ.get(JS_VAR)
 
 
 def clients_seen(proxy: Proxy) -> dict[str, float]:
@@ -122,44 +122,38 @@ async def test_names_past_the_label_cap_stay_in_records_logs_and_filters(
     ]
 
 
-def _node_client(cache: Path) -> Path:
-    """ollama-js from npm, installed once per machine into a cache directory."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for the ollama-js test (`apt-get install npm`)")
-    target = cache / f"ollama-js-{NODE_CLIENT_VERSION}"
-    if not (target / "node_modules" / "ollama" / "package.json").exists():
-        done = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(target),
-             f"ollama@{NODE_CLIENT_VERSION}"],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        if done.returncode:
-            pytest.skip(f"npm could not install ollama@{NODE_CLIENT_VERSION}: {done.stderr[-300:]}")
-    return target
+def _node_modules() -> Path:
+    """ollama-js as `make ollama` installs it from npm into the test cache, with node."""
+    if not _JS:
+        pytest.skip(f"the ollama-js test needs {JS_VAR}: `make unit` installs it and sets it")
+    if not Path(_JS, "ollama", "package.json").is_file():
+        pytest.fail(f"ollama-js is missing ({JS_VAR}={_JS}): `make ollama` installs it")
+    if shutil.which("node") is None:
+        pytest.fail("node is not on PATH: `make ollama` installs it")
+    return Path(_JS)
 
 
 NODE_SCRIPT = """
-import { Ollama } from "ollama";
-const [host, name] = process.argv.slice(2);
-const headers = name ? { "X-Ollama-Tap-Client": name } : {};
-const client = new Ollama({ host, headers });
-const reply = await client.generate({ model: "llama3.2", prompt: "hi" });
-const parts = [];
-for await (const part of await client.generate({ model: "llama3.2", prompt: "hi", stream: true }))
-  parts.push(part.response);
-console.log(JSON.stringify({ reply: reply.response, streamed: parts.join("") }));
+const { Ollama } = require("ollama");
+(async () => {
+  const [host, name] = process.argv.slice(1);
+  const headers = name ? { "X-Ollama-Tap-Client": name } : {};
+  const client = new Ollama({ host, headers });
+  const reply = await client.generate({ model: "llama3.2", prompt: "hi" });
+  const parts = [];
+  for await (const part of await client.generate({ model: "llama3.2", prompt: "hi", stream: true }))
+    parts.push(part.response);
+  console.log(JSON.stringify({ reply: reply.response, streamed: parts.join("") }));
+})();
 """
 
 
 async def test_ollama_js_by_user_agent_and_by_header(proxy: Proxy) -> None:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ollama-tap-tests"
-    target = _node_client(cache)
-    script = target / "client.mjs"
-    script.write_text(NODE_SCRIPT)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NODE_PATH": str(_node_modules())}
     for name in ("", "web-ui"):
         # Not subprocess.run: the proxy answers on this test's event loop.
         node = await asyncio.create_subprocess_exec(
-            "node", str(script), proxy.url, name, cwd=ROOT,
+            "node", "-e", NODE_SCRIPT, proxy.url, name, cwd=ROOT, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(node.communicate(), 60)

@@ -8,10 +8,6 @@ engine fails the tier. Run without them (a bare `pytest`), the tier is skipped, 
 from __future__ import annotations
 
 import os
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MakeProxy, Proxy
 from tests.engine.provision import GGUF_VAR, SERVER_VAR
+from tests.support.child_server import child_server
 from tests.support.serve_process import free_port
 
 # Read at import: the suite's isolation fixture clears every OLLAMA_TAP_* variable per test.
@@ -84,14 +81,6 @@ def _paths() -> tuple[Path, Path]:
     return server, gguf
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/health", timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, ConnectionError):
-        return False
-
-
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """One llama-server for the session: 2 threads, one slot, greedy-friendly (no prompt
@@ -107,21 +96,10 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         "-t", "2", "-tb", "2", "-np", "1", "--metrics", "--no-cache-prompt", "--no-webui",
         "--no-repack",
     ]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while not _healthy(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"llama-server did not come up; its log:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
-    yield Engine(url, gguf, log)
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    # /health answers 503 while the model loads, 200 once it serves.
+    with child_server("llama-server", command, url + "/health", log, within=120, grace=10):
+        yield Engine(url, gguf, log)
 
 
 @pytest.fixture

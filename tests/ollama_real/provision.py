@@ -6,7 +6,8 @@ gives a whole CPU Ollama; later releases run llama.cpp's `llama-server` as a sub
 (docs/real-engine.md says what that takes). The model is the Gemma 3 270M GGUF that
 tests/engine/provision.py assembles, and a second file with the same weights and a rewritten
 `general.name`, so its digest (Ollama's blob, and so its runner) differs: with
-OLLAMA_MAX_LOADED_MODELS=1 one evicts the other.
+OLLAMA_MAX_LOADED_MODELS=1 one evicts the other. ollama-js, the official JavaScript client,
+is installed from npm beside them, for the tier to run unchanged through the proxy.
 
 Everything lives under `${OLLAMA_TAP_TEST_CACHE:-~/.cache/ollama-tap-tests}`, in folders named
 by version; every step is skipped when its result is there, and `go install` is a no-op on a
@@ -18,31 +19,19 @@ finished build (Go's build cache, ~/.cache/go-build, holds the compiled packages
 
 from __future__ import annotations
 
-import argparse
-import fcntl
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
 if __package__ in (None, ""):  # run as a script: the clone's root on the path, for `tests.`
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.engine.provision import (
-    assemble_gguf,
-    cache_root,
-    gguf_path,
-    sources_dir,
-    unpack_sources,
-)
-from tests.engine.provision import locked as engine_locked
+from tests.engine import provision as engine
+from tests.support.provisioning import Steps, build_env, locked, script
 
 OLLAMA: Final = "0.24.0"
 """The Ollama release built (its Go module version, without the `v`)."""
@@ -58,7 +47,14 @@ baseline x86-64 (SSE2), and Gemma 3 270M then decodes at about a token a second 
 
 OLLAMA_VAR: Final = "OLLAMA_TAP_TEST_OLLAMA"
 SECOND_VAR: Final = "OLLAMA_TAP_TEST_GGUF_SECOND"
-GGUF_VAR: Final = "OLLAMA_TAP_TEST_GGUF"
+GGUF_VAR: Final = engine.GGUF_VAR
+JS_VAR: Final = "OLLAMA_TAP_TEST_OLLAMA_JS"
+OLLAMA_JS: Final = "0.6.4"
+"""ollama-js, the `ollama` package on npm: the official JavaScript client, run unchanged."""
+
+STEPS: Final = Steps("ollama")
+LOCK: Final = ".ollama.lock"
+"""Its own lock file: a clone building the engine does not wait for one building Ollama."""
 
 
 def ollama_path(root: Path) -> Path:
@@ -67,25 +63,6 @@ def ollama_path(root: Path) -> Path:
 
 def second_gguf_path(root: Path) -> Path:
     return root / f"gguf-second-{GGUF_PY}" / "gemma-3-270m-second.gguf"
-
-
-def say(message: str) -> None:
-    print(f"ollama: {message}", file=sys.stderr, flush=True)
-
-
-def run(*command: str | Path, env: dict[str, str] | None = None) -> None:
-    say("$ " + shlex.join(str(part) for part in command))
-    subprocess.run([str(part) for part in command], env=env, check=True)
-
-
-@contextmanager
-def locked(root: Path) -> Iterator[None]:
-    """One provisioning at a time per cache, as tests/engine/provision.py does, on a lock file
-    of its own: a clone building the engine does not wait for one building Ollama."""
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".ollama.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def build_ollama(root: Path, vendor: Path) -> Path:
@@ -110,11 +87,10 @@ def build_ollama(root: Path, vendor: Path) -> Path:
         raise SystemExit(f"ollama: {' and '.join(missing)} not found: `make ollama` installs them")
     cpath = os.pathsep.join(filter(None, [str(vendor), os.environ.get("CPATH")]))
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        env = {**os.environ, "CGO_ENABLED": "1", "GOBIN": tmp, "CPATH": cpath, **NATIVE}
-        # Not the outer make's flags: its jobserver would reach go's cgo compiler calls.
-        env = {k: v for k, v in env.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+        env = build_env(CGO_ENABLED="1", GOBIN=tmp, CPATH=cpath, **NATIVE)
         stamp = f"-X=github.com/ollama/ollama/version.Version={OLLAMA}"
-        run("go", "install", f"-ldflags={stamp}", f"github.com/ollama/ollama@v{OLLAMA}", env=env)
+        module = f"github.com/ollama/ollama@v{OLLAMA}"
+        STEPS.run("go", "install", f"-ldflags={stamp}", module, env=env)
         built = Path(tmp, "ollama")
         subprocess.run([built, "--version"], check=True, capture_output=True)
         binary.parent.mkdir(parents=True, exist_ok=True)
@@ -130,13 +106,9 @@ def second_gguf(root: Path, first: Path) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
-        packages, partial = Path(tmp, "packages"), Path(tmp, target.name)
-        run(
-            sys.executable, "-m", "pip", "install", "--quiet", "--no-compile",
-            "--target", packages, f"gguf=={GGUF_PY}",
-        )  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(packages)}
-        run(
+        partial = Path(tmp, target.name)
+        env = STEPS.scratch_packages(Path(tmp, "packages"), f"gguf=={GGUF_PY}")
+        STEPS.run(
             sys.executable, "-m", "gguf.scripts.gguf_new_metadata", "--force",
             "--general-name", SECOND_NAME, first, partial, env=env,
         )  # fmt: skip
@@ -144,38 +116,52 @@ def second_gguf(root: Path, first: Path) -> Path:
     return target
 
 
-def env_lines(root: Path) -> str:
-    """Shell `export` lines naming the binary and the two models, for pytest."""
-    paths = (
-        (OLLAMA_VAR, ollama_path(root)),
-        (GGUF_VAR, gguf_path(root)),
-        (SECOND_VAR, second_gguf_path(root)),
-    )
-    return "".join(f"export {name}={shlex.quote(str(path))}\n" for name, path in paths)
+def ollama_js_path(root: Path) -> Path:
+    """The `node_modules` folder that holds ollama-js (NODE_PATH for a script that needs it)."""
+    return root / f"ollama-js-{OLLAMA_JS}" / "node_modules"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--env", action="store_true", help="print the paths as export lines")
-    args = parser.parse_args(argv)
-    root = cache_root()
-    if args.env:
-        sys.stdout.write(env_lines(root))
-        return 0
-    started = time.monotonic()
-    vendor, first = sources_dir(root) / "vendor", gguf_path(root)
+def ollama_js(root: Path) -> Path:
+    """ollama-js installed from npm into its version's folder, as an app would install it."""
+    modules = ollama_js_path(root)
+    if (modules / "ollama" / "package.json").exists():
+        return modules
+    if shutil.which("npm") is None:
+        raise SystemExit("ollama: npm not found: `make ollama` installs node and npm")
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        prefix = Path(tmp, modules.parent.name)
+        STEPS.run(
+            "npm", "install", "--prefix", prefix, "--no-audit", "--no-fund", "--no-save",
+            f"ollama@{OLLAMA_JS}",
+        )  # fmt: skip
+        shutil.rmtree(modules.parent, ignore_errors=True)  # an interrupted install's leftovers
+        prefix.rename(modules.parent)
+    return modules
+
+
+def paths(root: Path) -> dict[str, Path]:
+    """The binary, the two models and ollama-js, by the variable that names each for pytest."""
+    return {
+        OLLAMA_VAR: ollama_path(root),
+        GGUF_VAR: engine.gguf_path(root),
+        SECOND_VAR: second_gguf_path(root),
+        JS_VAR: ollama_js_path(root),
+    }
+
+
+def provision(root: Path) -> None:
+    vendor, first = engine.sources_dir(root) / "vendor", engine.gguf_path(root)
     if not vendor.is_dir() or not first.exists():
         # What tests/engine/provision.py makes, under its lock; not taken when there is nothing
         # to make, since a clone building llama-server holds it for half an hour.
-        with engine_locked(root):
-            unpack_sources(root)
-            assemble_gguf(root)
-    with locked(root):
-        binary = build_ollama(root, vendor)
-        second = second_gguf(root, first)
-    say(f"{binary} and {second} ready in {time.monotonic() - started:.1f} s")
-    return 0
+        with locked(root, engine.LOCK):
+            engine.unpack_sources(root)
+            engine.assemble_gguf(root)
+    with locked(root, LOCK):
+        build_ollama(root, vendor)
+        second_gguf(root, first)
+        ollama_js(root)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script(__doc__, STEPS, paths, provision))

@@ -66,3 +66,50 @@ async def test_tags_entries_have_the_real_fields(
 ) -> None:
     faked, really = await both(fake_ollama, real_ollama, "GET", "/api/tags", None)
     assert shape(faked.json()["models"][0]) == shape(really.json()["models"][0])
+
+
+async def test_ps_rows_have_the_real_fields(fake_ollama: FakeOllama, real_ollama: Ollama) -> None:
+    await both(fake_ollama, real_ollama, "POST", "/api/generate", {"model": MODEL})  # loaded
+    faked, really = await both(fake_ollama, real_ollama, "GET", "/api/ps", None)
+    assert shape(faked.json()["models"][0]) == shape(really.json()["models"][0])
+
+
+def show_shape(reply: dict[str, Any]) -> Any:
+    """A /api/show reply's shape, `model_info` as a mapping only: its keys are the
+    architecture's (llama and gemma3 share few), its values what the GGUF holds."""
+    return {**shape(reply), "model_info": "dict"}
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+async def test_show_has_the_real_fields(
+    fake_ollama: FakeOllama, real_ollama: Ollama, verbose: bool
+) -> None:
+    """A model made the same way in both, with a system prompt and a license of its own
+    (Ollama adds a license layer to the base's, replaces the system layer), then shown."""
+    made = {"system": "You answer in one word.", "license": "MIT", "stream": False}
+    # The fake's base like the imported GGUF: no license, no parameters of its own.
+    for server, base in ((fake_ollama.url, "qwen3:8b"), (real_ollama.url, MODEL)):
+        asked = {"model": "parity", "from": base, **made}
+        created = await call(server, "POST", "/api/create", asked)
+        assert created.status == 200, created.body
+    try:
+        asked = {"model": "parity", "verbose": verbose}
+        faked = (await call(fake_ollama.url, "POST", "/api/show", asked)).json()
+        really = (await call(real_ollama.url, "POST", "/api/show", asked)).json()
+        assert show_shape(faked) == show_shape(really)
+        assert really["system"] == faked["system"] == made["system"]
+        assert really["license"].endswith("MIT") and faked["license"].endswith("MIT")
+    finally:
+        await call(real_ollama.url, "DELETE", "/api/delete", {"model": "parity"})
+
+
+async def test_show_leaves_out_what_a_bare_gguf_lacks(
+    fake_ollama: FakeOllama, real_ollama: Ollama
+) -> None:
+    """A model imported from a bare GGUF has no license or system: Ollama leaves those
+    fields out (`omitempty`), as the fake does for a model without them."""
+    really = (await call(real_ollama.url, "POST", "/api/show", {"model": MODEL})).json()
+    faked = (await call(fake_ollama.url, "POST", "/api/show", {"model": "qwen3:8b"})).json()
+    for reply in (really, faked):
+        assert "license" not in reply and "system" not in reply
+        assert all(value != "" for value in reply.values()), reply.keys()

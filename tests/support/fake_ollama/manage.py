@@ -129,7 +129,21 @@ async def _create_progress(
             yield {"status": f"creating new layer sha256:{digest}"}
     yield {"status": "writing manifest"}
     yield {"status": "success"}
-    fake.models[model.name] = model
+    fake.models[model.name] = _with_layers(model, body)
+
+
+def _with_layers(model: FakeModel, body: dict[str, Any]) -> FakeModel:
+    """The request's template and system replacing the base model's, its licenses added to
+    the base's (server/create.go: setTemplate, setSystem remove the old layer; setLicense
+    appends one)."""
+    licenses = body.get("license")
+    added = [licenses] if isinstance(licenses, str) else licenses
+    own = [text for text in added or [] if isinstance(text, str) and text]
+    replaced = ("template", "system")
+    changes: dict[str, Any] = {k: v for k in replaced if isinstance(v := body.get(k), str) and v}
+    if own:
+        changes["license"] = "\n".join([model.license, *own] if model.license else own)
+    return replace(model, **changes)
 
 
 async def copy(fake: Engine, request: web.Request) -> web.StreamResponse:

@@ -44,11 +44,27 @@ class FakeModel:
     template: str = "{{ .Prompt }}"
     parameters: str = ""
     license: str = ""
+    """Its LICENSE layers, joined by newlines as /api/show joins them."""
+    system: str = ""
     blob: str = ""
     """The weights' blob digest (the manifest `digest` when empty): what a runner is keyed by."""
+    tensors: list[dict[str, Any]] = field(default_factory=list)
+    """/api/show's `tensors` (api.Tensor: name, type, shape), verbose or not; when empty, the
+    two a GGUF of its `model_info` has at least."""
 
     def __post_init__(self) -> None:
         self.blob = self.blob or self.digest
+        if not self.tensors:
+            architecture = self.model_info.get("general.architecture", "")
+            vocab = int(self.model_info.get(f"{architecture}.vocab_size", 32000))
+            self.tensors = [
+                {"name": "output_norm.weight", "type": "F32", "shape": [self.embedding_length]},
+                {
+                    "name": "token_embd.weight",
+                    "type": self.details.get("quantization_level", "F16").rsplit("_", 1)[0],
+                    "shape": [self.embedding_length, vocab],
+                },
+            ]
 
     @property
     def embedding_length(self) -> int:

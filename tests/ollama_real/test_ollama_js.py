@@ -1,0 +1,67 @@
+"""ollama-js, the official JavaScript client, unchanged, through the proxy: every call gives
+what it gives direct, and the proxy records each exchange under the client's own name.
+
+The client is the `ollama` package from npm, installed by `make ollama` into the test cache
+(tests/ollama_real/provision.py); ollama_js_client.cjs drives it as an app would (list, show,
+a streamed chat, generate, ps, two refused calls and a stream the app abandons) and prints
+what each call returned, less clocks and durations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.conftest import Proxy
+from tests.ollama_real.conftest import MODEL, Ollama
+from tests.support.metrics import settled
+from tests.support.records import records
+
+SCRIPT = Path(__file__).with_name("ollama_js_client.cjs")
+RECORDED = ["/api/chat", "/api/embed", "/api/generate", "/api/generate", "/api/show", "/api/show"]
+"""What the script's exchanges leave as records: show, chat, generate, embed, the missing
+model's show and the abandoned stream; not its polling GETs (version, list, ps), which the
+proxy records only with --record-routes."""
+
+
+async def run_client(modules: Path, host: str) -> Any:
+    """The script's output against `host`; asynchronous, so the proxy in this process serves."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NODE_PATH": str(modules)}
+    proc = await asyncio.create_subprocess_exec(
+        "node", str(SCRIPT), host, MODEL, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    assert proc.returncode == 0, err.decode()
+    return orjson.loads(out)
+
+
+async def test_ollama_js_through_the_proxy_is_ollama_js_direct(
+    tapped: Proxy, real_ollama: Ollama, ollama_js: Path
+) -> None:
+    direct = await run_client(ollama_js, real_ollama.url)
+    proxied = await run_client(ollama_js, tapped.url)
+    assert proxied == direct
+    assert proxied["chat"][-1]["done"] is True and len(proxied["chat"]) > 2
+    assert proxied["generate"]["response"] and MODEL in proxied["ps"]
+    assert proxied["embed"]["status_code"] == 501  # Gemma has no pooling in Ollama 0.24
+    assert proxied["missing"]["status_code"] == 404
+    assert proxied["abandoned"]["name"] == "AbortError"
+
+    await settled(tapped)
+    found = await records(tapped, len(RECORDED))
+    assert {r["client_name"] for r in found} == {"ollama-js"}
+    assert sorted(r["path"] for r in found) == RECORDED
+    [chat] = [r for r in found if r["path"] == "/api/chat"]
+    final = proxied["chat"][-1]
+    assert (chat["eval_tokens"], chat["prompt_tokens"]) == (
+        final["eval_count"],
+        final["prompt_eval_count"],
+    )
+    assert chat["outcome"] == "ok" and chat["done_reason"] == final["done_reason"]
+    generated = sorted(r["outcome"] for r in found if r["path"] == "/api/generate")
+    assert generated == ["client_disconnected", "ok"]
