@@ -8,9 +8,6 @@ tier's own build runs for this module, with a store of its own.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,9 +15,8 @@ import pytest
 from ollama_tap.app import BOXES
 from ollama_tap.ollama.names import model_key
 from tests.conftest import MakeProxy
-from tests.ollama_real.conftest import GREEDY, MODEL, Ollama, _answers, _create, _paths, call
+from tests.ollama_real.conftest import GREEDY, MODEL, Ollama, _create, _paths, call, ollama_serve
 from tests.support.records import records
-from tests.support.serve_process import free_port
 from tests.support.waiting import eventually
 
 WITHIN = 60.0
@@ -32,33 +28,9 @@ def other_ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ollama]:
     """A second `ollama serve` on a port of its own, with the tier's first model only."""
     binary, first, _ = _paths()
     home = tmp_path_factory.mktemp("ollama-b")
-    port = free_port()
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "OLLAMA_HOST": f"127.0.0.1:{port}",
-        "OLLAMA_MODELS": str(home / "models"),
-        "OLLAMA_MAX_LOADED_MODELS": "1",
-        "OLLAMA_NOPRUNE": "1",
-    }
-    log = home / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(binary), "serve"], env=env, stdout=out, stderr=out)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not _answers(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"the second ollama serve did not come up:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
-    server = Ollama(url, binary, env, log)
-    _create(server, MODEL, first, home)
-    yield server
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with ollama_serve(binary, home, OLLAMA_MAX_LOADED_MODELS="1", OLLAMA_NOPRUNE="1") as server:
+        _create(server, MODEL, first, home)
+        yield server
 
 
 async def test_a_model_goes_to_the_box_where_it_is_resident(
