@@ -39,7 +39,9 @@ async def _json(session: aiohttp.ClientSession, method: str, url: URL, body: Any
         raise _Unread(f"{url.path}: {exc or type(exc).__name__}") from exc
 
 
-async def read_upstream(session: aiohttp.ClientSession, base: URL, models: Iterable[str]) -> Upstream:
+async def read_upstream(
+    session: aiohttp.ClientSession, base: URL, models: Iterable[str]
+) -> Upstream:
     """The KV shapes and /api/ps rows of `models` (names as the records have them)."""
     names = sorted({canonical_model(m) or m for m in models})
     try:

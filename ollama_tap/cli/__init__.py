@@ -12,8 +12,17 @@ from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
 from ollama_tap.cli import (
-    bench, context, decode, loads, models, records, replay, suggest, top, upgrade,
-)  # fmt: skip
+    bench,
+    context,
+    decode,
+    loads,
+    models,
+    records,
+    replay,
+    suggest,
+    top,
+    upgrade,
+)
 from ollama_tap.cli.options import VersionAction
 from ollama_tap.config import ConfigError, Settings, is_postgres_url
 from ollama_tap.credentials import redacted_url

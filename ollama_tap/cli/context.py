@@ -27,7 +27,7 @@ from ollama_tap.cli.figures import local_iso
 from ollama_tap.cli.listing import Column, table_lines, width_wanted
 from ollama_tap.cli.options import add_db_option, add_time_options, store_from
 from ollama_tap.cli.records import guarded
-from ollama_tap.config import ConfigError, DEFAULT_UPSTREAM, resolve_upstream
+from ollama_tap.config import DEFAULT_UPSTREAM, ConfigError, resolve_upstream
 from ollama_tap.recorder.store import Filters
 from ollama_tap.terminal import plural, printable
 
@@ -136,8 +136,13 @@ def run_context(args: argparse.Namespace) -> int:
         "",
         *textwrap.wrap(LEGEND, width or 100),
         *("" for _ in advice[:1]),
-        *(part for line in advice for part in textwrap.wrap(
-            printable(line), width or 100, subsequent_indent="  ", break_long_words=False)),
+        *(
+            part
+            for line in advice
+            for part in textwrap.wrap(
+                printable(line), width or 100, subsequent_indent="  ", break_long_words=False
+            )
+        ),
     ]
     print("\n".join(lines))
     return 0

@@ -75,7 +75,9 @@ def run_models_list(args: argparse.Namespace) -> int:
         return 0
     table = Table("NAME", "ID", "SIZE", "MODIFIED", box=None)
     for m in manifests:
-        table.add_row(Text(m.name), m.digest[:12], human_bytes(m.size), f"{m.modified:%Y-%m-%d %H:%M}")
+        table.add_row(
+            Text(m.name), m.digest[:12], human_bytes(m.size), f"{m.modified:%Y-%m-%d %H:%M}"
+        )
     Console(soft_wrap=True).print(table)
     return 0
 

@@ -19,7 +19,7 @@ from ollama_tap.exchange import Usage
 from ollama_tap.facts import TruncationKind, Verdict
 from ollama_tap.recorder import Recorder
 from ollama_tap.recorder.store import Filters, Store
-from tests.advice.test_sizing import LLAMA3_8B
+from tests.advice.shapes import LLAMA3_8B
 from tests.recorder.factory import chat_body, drive, exchange, make_settings
 from tests.support.tmux import printed
 
