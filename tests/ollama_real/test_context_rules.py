@@ -136,3 +136,38 @@ async def test_the_cached_count_is_absent_and_recorded_as_unknown(
         if s.name == "ollama_tap_prompt_cached_tokens_total"
     ]
     assert cached == []
+
+
+async def test_a_prompt_just_over_c_loses_only_the_overflow_and_t2_counts_it(
+    tapped: Proxy, real_ollama: Ollama
+) -> None:
+    """Before 0.30.11 a cut drops only the overflow (N − C), far under the C/4 that marks a
+    cut on later versions: T2's version-gated branch (D ≥ 2 with P = C) counts it exactly."""
+    prompt = " ".join(f"item{i}" for i in range(150))
+    body: dict[str, Any] = {"model": MODEL, "prompt": prompt, "stream": False,
+                            "options": {"num_ctx": 1024, "num_predict": 1, "temperature": 0}}  # fmt: skip
+    whole = (await call(tapped.url, "POST", "/api/generate", body)).json()["prompt_eval_count"]
+    c = whole - 20
+    body["options"]["num_ctx"] = c
+    reply = (await call(tapped.url, "POST", "/api/generate", body)).json()
+    assert reply["prompt_eval_count"] == c
+    lost = len(reply["context"]) - (c + reply["eval_count"])
+    assert 2 <= lost <= c // 4, reply
+    found = (await last_record(tapped))["truncation"]
+    assert found is not None
+    assert (found["rule"], found["context"], found["tokens_lost"]) == ("T2", c, lost)
+
+
+async def test_v1_options_are_ignored_by_ollama_and_by_the_rules(
+    tapped: Proxy, real_ollama: Ollama
+) -> None:
+    """A /v1 body's `options.num_ctx` is no field of Ollama's compat structs: the reply runs
+    in the default context, so a prompt far over the num_ctx asked is no truncation."""
+    body = {
+        "model": MODEL, "max_tokens": 2, "temperature": 0,
+        "messages": [{"role": "user", "content": LONG[:800]}], "options": {"num_ctx": 64},
+    }  # fmt: skip
+    reply = await call(tapped.url, "POST", "/v1/chat/completions", body)
+    assert reply.status == 200, reply.body
+    assert reply.json()["usage"]["prompt_tokens"] > 64
+    assert (await last_record(tapped))["truncation"] is None
