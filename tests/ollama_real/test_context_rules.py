@@ -144,11 +144,11 @@ async def test_a_prompt_just_over_c_loses_only_the_overflow_and_t2_counts_it(
     """Before 0.30.11 a cut drops only the overflow (N − C), far under the C/4 that marks a
     cut on later versions: T2's version-gated branch (D ≥ 2 with P = C) counts it exactly."""
     prompt = " ".join(f"item{i}" for i in range(150))
-    body: dict[str, Any] = {"model": MODEL, "prompt": prompt, "stream": False,
-                            "options": {"num_ctx": 1024, "num_predict": 1, "temperature": 0}}  # fmt: skip
+    options = {"num_ctx": 1024, "num_predict": 1, "temperature": 0}
+    body: dict[str, Any] = {"model": MODEL, "prompt": prompt, "stream": False, "options": options}
     whole = (await call(tapped.url, "POST", "/api/generate", body)).json()["prompt_eval_count"]
     c = whole - 20
-    body["options"]["num_ctx"] = c
+    options["num_ctx"] = c
     reply = (await call(tapped.url, "POST", "/api/generate", body)).json()
     assert reply["prompt_eval_count"] == c
     lost = len(reply["context"]) - (c + reply["eval_count"])
