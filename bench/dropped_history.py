@@ -80,6 +80,8 @@ def text(rng: random.Random, size: int) -> str:
     """About `size` characters of one kind: words, long words, digits, code or CJK."""
     kind = rng.choice(("words", "words", "long", "digits", "code", "cjk"))
     parts: list[str] = []
+    if kind == "cjk":  # about a token a character, where the others take three to five
+        size //= 3
     while sum(len(p) + 1 for p in parts) < size:
         if kind == "words":
             parts.append(rng.choice(WORDS))
