@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -38,11 +39,12 @@ def cut(lost: int) -> Verdict:
     return Verdict(TruncationKind.PROMPT_TRUNCATED, "T2", 4096, lost, 2048, "cut")
 
 
-async def record(tmp_path: Path) -> Path:
+async def record(tmp_path: Path, db: str | None = None) -> Path | str:
     """code-helper sends 10 prompts to llama3.2, 3 of them cut (the largest 2,048 + 6,000 lost
     + 100 output = 8,148 tokens); notes sends 5 that fit (at most 1,000 + 200); an old
     record outside the day, and a cloud model's, do not count."""
-    rec = Recorder(make_settings(tmp_path), CollectorRegistry())
+    settings = make_settings(tmp_path, **({"db": db} if db else {}))
+    rec = Recorder(settings, CollectorRegistry())
     await rec.start()
     for i in range(10):
         ex = exchange(body=chat_body(), usage=usage(2048 if i < 3 else 900, 100),
@@ -61,12 +63,17 @@ async def record(tmp_path: Path) -> Path:
                      started_wall=NOW - 60)  # fmt: skip
     drive(rec, cloud)
     await rec.stop()
-    return rec.store.path
+    return rec.store.location
 
 
-def test_a_window_is_tallied_per_model_and_client(tmp_path: Path) -> None:
-    db = asyncio.run(record(tmp_path))
-    found = tally(Store(db), Filters(since=NOW - 86_400))
+@pytest.mark.parametrize("where", ["sqlite", "postgresql"])
+def test_a_window_is_tallied_per_model_and_client(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    url = request.getfixturevalue("pg_url") if where == "postgresql" else None
+    store = Store(asyncio.run(record(tmp_path, url)))
+    found = tally(store, Filters(since=NOW - 86_400))
+    store.close()
     by_client = {t.client: t for t in found}
     assert list(by_client) == ["code-helper", "notes"]  # busiest first, the cloud left out
     helper, notes = by_client["code-helper"], by_client["notes"]
