@@ -128,21 +128,18 @@ def run_context(args: argparse.Namespace) -> int:
         print("no generation or embedding request in the window (--since, --model, --client)")
         return 0
     width = width_wanted(sys.stdout)
-    advice = [f"{d['model']} ({d['client'] or 'no client name'}): {d['advice']}" for d in docs
-              if d["cut"] or d["overflowed"]]  # fmt: skip
+    wrap = width or 100  # piped: the table whole, the prose still in lines
     lines = [
         f"{plural(len(docs), 'model and client pair')} since {local_iso(window.since or 0)[:16]}",
         *table_lines(docs, COLUMNS, width),
         "",
-        *textwrap.wrap(LEGEND, width or 100),
-        *("" for _ in advice[:1]),
-        *(
-            part
-            for line in advice
-            for part in textwrap.wrap(
-                printable(line), width or 100, subsequent_indent="  ", break_long_words=False
-            )
-        ),
+        *textwrap.wrap(LEGEND, wrap),
     ]
+    advised = [d for d in docs if d["cut"] or d["overflowed"]]
+    if advised:
+        lines.append("")
+    for d in advised:
+        said = printable(f"{d['model']} ({d['client'] or 'no client name'}): {d['advice']}")
+        lines += textwrap.wrap(said, wrap, subsequent_indent="  ", break_long_words=False)
     print("\n".join(lines))
     return 0
