@@ -1,9 +1,10 @@
-"""Load causes a CPU Ollama 0.24 can produce beyond test_loads.py: a copy sharing its runner,
-and a runner replaced by a client that bypasses the proxy (L0: /api/ps lists it with
-another `context_length`).
+"""Load causes a CPU Ollama 0.24 can produce beyond test_loads.py: a Modelfile variant sharing
+its original's runner, and a runner replaced by a client that bypasses the proxy (L0:
+/api/ps lists it with another `context_length`).
 
 Ollama keys runners by the weights' blob (`server/sched.go` `s.loaded[model.ModelPath]`): a
-copy (`ollama cp`) is served by the runner its original loaded, with no load. A request with
+variant made `FROM` a model (its own manifest and digest, the same blob) that changes no
+runner option is served by the runner its original loaded, with no load. A request with
 another `num_ctx` replaces the runner (`needsReload`) whoever sends it; the proxy sees only
 /api/ps change, and cannot say why.
 """
@@ -26,7 +27,8 @@ from tests.support.waiting import eventually
 
 WITHIN: Final = 60.0
 """Seconds a load may take to show: a load on a busy 2-core box, then a poll."""
-COPY: Final = "gemma3-copy:270m"
+VARIANT: Final = "gemma3-warm:270m"
+"""MODEL with a Modelfile `PARAMETER temperature 0.3`: a sampling option, no runner option."""
 
 
 @pytest.fixture
@@ -40,11 +42,13 @@ async def watching(proxy_factory: MakeProxy, real_ollama: Ollama) -> Proxy:
 
 
 @pytest.fixture
-async def copied(real_ollama: Ollama) -> AsyncIterator[str]:
-    done = real_ollama.cli("cp", MODEL, COPY)
+async def variant(real_ollama: Ollama) -> AsyncIterator[str]:
+    modelfile = real_ollama.log.parent / "warm.Modelfile"
+    modelfile.write_text(f"FROM {MODEL}\nPARAMETER temperature 0.3\n")
+    done = real_ollama.cli("create", VARIANT, "-f", str(modelfile))
     assert done.returncode == 0, done.stderr
-    yield COPY
-    real_ollama.cli("rm", COPY)
+    yield VARIANT
+    real_ollama.cli("rm", VARIANT)
 
 
 async def loads(proxy: Proxy, model: str | None = None) -> list[dict[str, Any]]:
@@ -73,24 +77,26 @@ async def first_load(proxy: Proxy) -> dict[str, Any]:
     return event
 
 
-async def test_a_copy_is_served_by_its_originals_runner_with_no_load(
-    watching: Proxy, real_ollama: Ollama, copied: str
+async def test_a_variant_is_served_by_its_originals_runner_with_no_load(
+    watching: Proxy, real_ollama: Ollama, variant: str
 ) -> None:
     poller = watching.app[POLLER]
-    # The proxy keys runners as Ollama does once /api/show names the copy's blob.
-    await eventually(
-        lambda: poller.runner_key(poller.digest_of(copied)) == poller.runner_key(
-            poller.digest_of(MODEL)
-        ) is not None,
-        within=WITHIN,
-    )  # fmt: skip
+
+    def one_runner() -> bool:
+        # The proxy keys runners as Ollama does once /api/show names the variant's blob.
+        digests = poller.digest_of(variant), poller.digest_of(MODEL)
+        keys = {poller.runner_key(d) for d in digests}
+        return None not in digests and len(keys) == 1
+
+    await eventually(one_runner, within=WITHIN)
+    assert poller.digest_of(variant) != poller.digest_of(MODEL)
     await first_load(watching)
-    await generate(watching.url, copied)
+    await generate(watching.url, variant)
     await settled(watching)
     assert [row["name"] for row in await real_ollama.ps()] == [MODEL]
     await asyncio.sleep(1.0)  # a few /api/ps reads: none may turn into a load
     assert [e["cause"] for e in await loads(watching)] == ["first_load"]
-    [record] = await records(watching, 1, model=copied)
+    [record] = await records(watching, 1, model=variant)
     assert record["load_event"] is None
 
 
