@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -285,10 +286,14 @@ def main() -> int:
     binary, gguf = os.environ.get("OLLAMA_TAP_TEST_OLLAMA"), os.environ.get("OLLAMA_TAP_TEST_GGUF")
     if not (binary and gguf):
         sys.exit("set OLLAMA_TAP_TEST_OLLAMA and OLLAMA_TAP_TEST_GGUF (provision.py --env)")
+    # A stopped run still stops its `ollama serve` (the `finally` below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rng = random.Random(args.seed)
     plan = chats(rng, args.chats, long=False) + chats(rng, args.long, long=True)
-    # Grouped by num_ctx: each change reloads the runner.
-    order = sorted(range(len(plan)), key=lambda i: plan[i].num_ctx)
+    # The ordinary chats first, then the long ones (the few that show drops); each group by
+    # num_ctx, as each change reloads the runner. The figures so far are written after every
+    # chat, so a run cut short still tells what it saw.
+    order = sorted(range(len(plan)), key=lambda i: (plan[i].long, plan[i].num_ctx))
     with tempfile.TemporaryDirectory() as home:
         proc, base = serve(binary, gguf, Path(home))
         try:
@@ -298,16 +303,16 @@ def main() -> int:
                 chat_turns = run_chat(base, i, plan[i])
                 judge(chat_turns)
                 turns += chat_turns
-                if done % 20 == 0:
+                if args.json:
+                    figures = {"chats_run": done, **report(turns)}
+                    args.json.write_bytes(orjson.dumps(figures, option=orjson.OPT_INDENT_2))
+                if done % 10 == 0:
                     print(f"{done}/{len(plan)} chats, {time.monotonic() - started:.0f} s",
                           file=sys.stderr)  # fmt: skip
         finally:
             proc.terminate()
             proc.wait(15)
-    figures = report(turns)
-    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
-    if args.json:
-        args.json.write_bytes(orjson.dumps(figures, option=orjson.OPT_INDENT_2))
+    print(orjson.dumps(report(turns), option=orjson.OPT_INDENT_2).decode())
     return 0
 
 
