@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from ollama_tap import auth
 from ollama_tap.accesslog import AccessLog
+from ollama_tap.advice.api import add_routes as add_advice_routes
 from ollama_tap.attribution import ClientNames
 from ollama_tap.boxes.fleet import Boxes
 from ollama_tap.config import RecordMode, Settings
@@ -219,6 +220,7 @@ def make_app(
     add_recorder_routes(app, recorder, vocabs=app[VOCABS].get)
     trackers = [b.loads for b in boxes.boxes]
     add_loads_routes(app, trackers, with_client=settings.record_mode is RecordMode.FULL)
+    add_advice_routes(app, recorder, lambda: app[SESSION], settings.upstream_url)
     inflight_api.add_routes(app, inflight)
     add_inspector_routes(app)
     # /_tap/ is the proxy's own namespace: an unknown path there is never Ollama's business.

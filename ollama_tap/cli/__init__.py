@@ -11,7 +11,18 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 
-from ollama_tap.cli import bench, decode, loads, models, records, replay, suggest, top, upgrade
+from ollama_tap.cli import (
+    bench,
+    context,
+    decode,
+    loads,
+    models,
+    records,
+    replay,
+    suggest,
+    top,
+    upgrade,
+)
 from ollama_tap.cli.options import VersionAction
 from ollama_tap.config import ConfigError, Settings, is_postgres_url
 from ollama_tap.credentials import redacted_url
@@ -162,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_settings_flags(serve)
     serve.set_defaults(func=cmd_serve)
-    for command in (records, decode, models, bench, loads, top, replay, upgrade):
+    for command in (records, decode, models, bench, loads, context, top, replay, upgrade):
         command.register(sub)
     return parser
 

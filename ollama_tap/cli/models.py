@@ -17,6 +17,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 from rich.text import Text
 
+from ollama_tap.advice.report import human_bytes
 from ollama_tap.cli.options import add_store_option, fail
 from ollama_tap.cli.tags import Listed, TagsError, listed
 from ollama_tap.config import ConfigError, resolve_upstream
@@ -51,15 +52,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     one.set_defaults(func=run_models_inspect)
 
 
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1000:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
-
-
 def _manifest_doc(m: Manifest | Listed) -> dict[str, object]:
     return {"name": m.name, "digest": m.digest, "size": m.size, "modified": m.modified.isoformat()}
 
@@ -83,7 +75,9 @@ def run_models_list(args: argparse.Namespace) -> int:
         return 0
     table = Table("NAME", "ID", "SIZE", "MODIFIED", box=None)
     for m in manifests:
-        table.add_row(Text(m.name), m.digest[:12], _human(m.size), f"{m.modified:%Y-%m-%d %H:%M}")
+        table.add_row(
+            Text(m.name), m.digest[:12], human_bytes(m.size), f"{m.modified:%Y-%m-%d %H:%M}"
+        )
     Console(soft_wrap=True).print(table)
     return 0
 
@@ -132,7 +126,7 @@ def run_models_inspect(args: argparse.Namespace) -> int:
     console.print(Text(f"{found.manifest.name}  sha256:{found.manifest.digest}"))
     # Lines, not a table: a narrow terminal must not cut the blob paths.
     for layer, path in zip(found.manifest.layers, found.blobs, strict=True):
-        console.print(Text(f"  {layer.media_type}  {_human(layer.size)}\n    {path}"))
+        console.print(Text(f"  {layer.media_type}  {human_bytes(layer.size)}\n    {path}"))
     console.print("blobs verified (size and SHA-256)" if found.verified else "blobs not verified")
     facts = Table(box=None, show_header=False)
     for key, value in vars(found.facts).items():

@@ -157,12 +157,15 @@ def _write_har(records: Any, out: IO[bytes]) -> None:
     write_har(records, out, installed_version())
 
 
-def _guard(func: Command) -> Command:
+def guarded(func: Command, command: str = "records") -> Command:
+    """`func` reading the database, its failures one line naming the fix (`ollama-tap
+    COMMAND: …`), never a traceback."""
+
     def run(args: argparse.Namespace) -> int:
         try:
             location = store_from(args).location
             if isinstance(location, Path) and not location.exists():
-                print(f"ollama-tap records: no database at {location}; `ollama-tap serve` "
+                print(f"ollama-tap {command}: no database at {location}; `ollama-tap serve` "
                       "records there (or give --db FILE)", file=sys.stderr)  # fmt: skip
                 return 1
             return int(func(args))
@@ -171,11 +174,11 @@ def _guard(func: Command) -> Command:
             return 2
         except sqlite3.DatabaseError as exc:
             where = args.db or "the database"
-            print(f"ollama-tap records: {where} cannot be read as an ollama-tap database "
+            print(f"ollama-tap {command}: {where} cannot be read as an ollama-tap database "
                   f"({exc}); give the --db `serve` records to", file=sys.stderr)  # fmt: skip
             return 2
         except OSError as exc:  # the output file of an export
-            print(f"ollama-tap records: cannot write {exc.filename} ({exc.strerror}); give "
+            print(f"ollama-tap {command}: cannot write {exc.filename} ({exc.strerror}); give "
                   "-o a file path", file=sys.stderr)  # fmt: skip
             return 2
 
@@ -207,7 +210,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     shape = p.add_mutually_exclusive_group()
     shape.add_argument("--json", action="store_true", help="one JSON array, for scripts")
     shape.add_argument("--jsonl", action="store_true", help="one JSON object a line")
-    p.set_defaults(func=_guard(cmd_list))
+    p.set_defaults(func=guarded(cmd_list))
     p = rsub.add_parser(
         "show", help="every stored field of one record, its timeline and decoded context"
     )
@@ -215,9 +218,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_vocab_options(p)
     p.add_argument("id", help="the record id, whole or short (first column of `records list`)")
     p.add_argument("--json", action="store_true", help="the stored record as JSON, unformatted")
-    p.set_defaults(func=_guard(cmd_show))
+    p.set_defaults(func=guarded(cmd_show))
     p = rsub.add_parser("export", help="every matching record as JSONL or HAR 1.2")
     _common(p, filters=True)
     p.add_argument("--format", choices=("jsonl", "har"), default="jsonl", help="[default: jsonl]")
     p.add_argument("-o", "--output", type=Path, help="file to write [default: standard output]")
-    p.set_defaults(func=_guard(cmd_export))
+    p.set_defaults(func=guarded(cmd_export))

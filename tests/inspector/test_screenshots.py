@@ -52,6 +52,15 @@ async def swaps(fake: FakeOllama, url: str) -> None:
         await client.chat(model, messages=[{"role": "user", "content": "Why is the sky blue?"}])
 
 
+async def too_long(fake: FakeOllama, url: str) -> None:
+    """code-helper's prompt of 5,100 tokens at num_ctx 4096 (the context it has): the
+    context advice under the loads says what would have held it."""
+    fake.context_rules = True
+    client = ollama.AsyncClient(host=url, headers={"X-Ollama-Tap-Client": "code-helper"})
+    await client.generate("llama3.2", " ".join(["w"] * 5100), options={"num_ctx": 4096})
+    fake.context_rules = False
+
+
 async def loads_seen(url: str, want: int) -> None:
     async with aiohttp.ClientSession(headers=AUTH) as session:
         for _ in range(200):
@@ -88,6 +97,7 @@ async def test_screenshots(
     # reads land while it runs.
     fake_ollama.scheduler = Scheduler(fake_ollama, max_loaded=1, load_seconds=1.1)
     await swaps(fake_ollama, proxy.url)
+    await too_long(fake_ollama, proxy.url)
     await loads_seen(proxy.url, 3)  # the view reads them once, when it opens
     await page.navigate(f"{proxy.url}/_tap/?token={ADMIN_TOKEN}#/loads")
     await page.wait_for("Number(document.querySelector('#loads-view')?.dataset.loaded) >= 3")
@@ -95,9 +105,9 @@ async def test_screenshots(
     fake_ollama.scheduler = None
 
     await traffic(proxy, fake_ollama)
-    records = await recorded(proxy, 10)
+    records = await recorded(proxy, 11)
     await page.evaluate("location.hash = '#/'")
-    await open_list(page, proxy, 10)
+    await open_list(page, proxy, 11)
     taken.append(await shot(page, target / "inspector-list.png"))
     await open_record(page, by_endpoint(records, "/api/generate"))
     await page.wait_for("document.querySelector('svg.waterfall')")

@@ -1,8 +1,10 @@
 // ollama-tap inspector, the Loads view (#/loads): the recent model loads from /_tap/api/loads,
 // a timeline per model with causes colour-coded, and a table; each load links to the record
-// of the request that triggered it. As in the other views, recorded text only ever becomes a
-// text node, and colours are SVG presentation attributes (the CSP allows no inline style).
+// of the request that triggered it; under them, the context advice (advice.js). As in the
+// other views, recorded text only ever becomes a text node, and colours are SVG presentation
+// attributes (the CSP allows no inline style).
 
+import { adviceSection } from "./advice.js";
 import { h, svg } from "./dom.js";
 import { registerView } from "./views.js";
 
@@ -121,7 +123,7 @@ async function render(view) {
   const parts = events.length
     ? [legend(), timeline(events), table(events)]
     : [h("p", { class: "note", id: "loads-empty" }, "No model loads seen since the proxy started.")];
-  view.replaceChildren(h("h2", {}, "Loads"), ...parts);
+  view.replaceChildren(h("h2", {}, "Loads"), ...parts, await adviceSection());
   view.dataset.loaded = String(events.length);
 }
 

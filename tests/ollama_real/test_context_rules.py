@@ -1,0 +1,173 @@
+"""The truncation rules a CPU Ollama 0.24 can produce beyond test_truncation.py: the same
+verdict, the same tokens lost, on the real engine.
+
+Ollama 0.24's Go runner (runner/ollamarunner/runner.go) keeps exactly C prompt tokens
+whatever `num_keep` (`NewSequence`: `num_keep` tokens, then the tail), sizes its cache at C
+with no padding (llama.cpp's 256-padding came with llama-server in 0.30.0), shifts the cache
+when a reply runs past C (`ShiftCacheSlot`), or with `shift: false` stops with
+`done_reason: "length"` once prompt and output fill it, and reports `prompt_eval_count` as
+the whole prompt (`numPromptInputs`, cached tokens included) with no
+`prompt_eval_cached_count` at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import pytest
+
+from ollama_tap.app import POLLER
+from tests.conftest import Proxy
+from tests.ollama_real.conftest import MODEL, Ollama, call
+from tests.support.metrics import settled
+from tests.support.records import records
+from tests.support.waiting import eventually
+
+C: Final = 300
+"""Not a multiple of 256: llama-server (0.30+) would run it in a 512-token slot, the Go
+runner in exactly 300."""
+KEEP: Final = 64
+KEPT_MODEL: Final = "gemma3-keep:270m"
+"""MODEL's weights with a Modelfile `PARAMETER num_keep 64` (the proxy reads it from
+/api/show `parameters`)."""
+LONG: Final = " ".join(f"item{i}" for i in range(400))
+COUNTING: Final = ", ".join(str(i) for i in range(1, 61)) + ","
+"""A raw prompt of about 230 tokens (Gemma splits digits) that a model goes on counting from:
+a reply that runs past C rather than stopping."""
+
+
+async def last_record(proxy: Proxy, count: int = 1) -> dict[str, Any]:
+    """The newest record, once the proxy has written `count` (the test's requests so far)."""
+    await settled(proxy)
+    return (await records(proxy, count))[0]
+
+
+@pytest.fixture
+async def kept_model(real_ollama: Ollama) -> AsyncIterator[str]:
+    """KEPT_MODEL, created for the test from MODEL (one blob, one more manifest), deleted
+    after."""
+    modelfile = real_ollama.log.parent / "keep.Modelfile"
+    modelfile.write_text(f"FROM {MODEL}\nPARAMETER num_keep {KEEP}\n")
+    done = real_ollama.cli("create", KEPT_MODEL, "-f", str(modelfile))
+    assert done.returncode == 0, done.stderr
+    yield KEPT_MODEL
+    real_ollama.cli("rm", KEPT_MODEL)
+
+
+async def test_a_modelfile_num_keep_does_not_move_the_go_runner_cut(
+    tapped: Proxy, real_ollama: Ollama, kept_model: str
+) -> None:
+    """The proxy reads the Modelfile's num_keep (it decides L(C,k) from 0.30.11 on); on 0.24
+    the cut is still C, so T1 still fires at P = C, and T2 counts the same tokens lost."""
+    poller = tapped.app[POLLER]
+    await eventually(lambda: poller.model_facts(kept_model)[3] == KEEP, within=60)
+    options = {"num_ctx": C, "num_predict": 4, "temperature": 0}
+    chat = {"model": kept_model, "messages": [{"role": "user", "content": LONG}],
+            "stream": False, "options": options}  # fmt: skip
+    reply = (await call(tapped.url, "POST", "/api/chat", chat)).json()
+    assert reply["prompt_eval_count"] == C
+    found = (await last_record(tapped))["truncation"]
+    assert found is not None
+    assert (found["rule"], found["kind"], found["context"]) == ("T1", "prompt_truncated", C)
+    generate = {"model": kept_model, "prompt": LONG, "stream": False, "options": options}
+    reply = (await call(tapped.url, "POST", "/api/generate", generate)).json()
+    lost = len(reply["context"]) - (reply["prompt_eval_count"] + reply["eval_count"])
+    found = (await last_record(tapped, 2))["truncation"]
+    assert found is not None and (found["rule"], found["context"]) == ("T2", C)
+    assert found["tokens_lost"] == lost > C // 4
+
+
+async def counting(proxy: Proxy, **extra: Any) -> dict[str, Any]:
+    body = {
+        "model": MODEL, "prompt": COUNTING, "raw": True, "stream": False,
+        "options": {"num_ctx": C, "num_predict": 120, "temperature": 0}, **extra,
+    }  # fmt: skip
+    reply = await call(proxy.url, "POST", "/api/generate", body)
+    assert reply.status == 200, reply.body
+    found: dict[str, Any] = reply.json()
+    return found
+
+
+async def test_a_reply_past_an_unpadded_context_is_a_context_shift(
+    tapped: Proxy, real_ollama: Ollama
+) -> None:
+    """P + E past 300 (and under the 512 a padded slot would hold): the Go runner shifted its
+    cache, and T7 says so against C itself, not a padded slot."""
+    reply = await counting(tapped)
+    total = reply["prompt_eval_count"] + reply["eval_count"]
+    assert C < total <= 512, reply
+    found = (await last_record(tapped))["truncation"]
+    assert found is not None
+    assert (found["rule"], found["kind"], found["context"]) == ("T7", "context_shift", C)
+    assert found["prompt_tokens"] == reply["prompt_eval_count"]
+
+
+async def test_shift_false_stops_at_the_context_and_t8_says_so(
+    tapped: Proxy, real_ollama: Ollama
+) -> None:
+    reply = await counting(tapped, shift=False)
+    total = reply["prompt_eval_count"] + reply.get("eval_count", 0)
+    assert reply["done_reason"] == "length" and C - 1 <= total <= C, reply
+    found = (await last_record(tapped))["truncation"]
+    assert found is not None
+    assert (found["rule"], found["kind"], found["context"]) == ("T8", "output_cut", C)
+
+
+async def test_the_cached_count_is_absent_and_recorded_as_unknown(
+    tapped: Proxy, real_ollama: Ollama
+) -> None:
+    """0.24 sends no `prompt_eval_cached_count`: the second, cache-hitting request reports the
+    whole prompt again, and the proxy records the cached count as unknown (None), not 0, and
+    counts no cached tokens."""
+    body = {"model": MODEL, "prompt": LONG[:600], "stream": False,
+            "options": {"num_predict": 2, "temperature": 0, "seed": 7}}  # fmt: skip
+    replies = [(await call(tapped.url, "POST", "/api/generate", body)).json() for _ in range(2)]
+    assert all("prompt_eval_cached_count" not in r for r in replies)
+    assert replies[0]["prompt_eval_count"] == replies[1]["prompt_eval_count"]
+    await settled(tapped)
+    recorded = await records(tapped, 2)
+    assert [r["cached_tokens"] for r in recorded] == [None, None]
+    assert [r["truncation"] for r in recorded] == [None, None]
+    cached = [
+        s.value
+        for family in tapped.registry.collect()
+        for s in family.samples
+        if s.name == "ollama_tap_prompt_cached_tokens_total"
+    ]
+    assert cached == []
+
+
+async def test_a_prompt_just_over_c_loses_only_the_overflow_and_t2_counts_it(
+    tapped: Proxy, real_ollama: Ollama
+) -> None:
+    """Before 0.30.11 a cut drops only the overflow (N − C), far under the C/4 that marks a
+    cut on later versions: T2's version-gated branch (D ≥ 2 with P = C) counts it exactly."""
+    prompt = " ".join(f"item{i}" for i in range(150))
+    options = {"num_ctx": 1024, "num_predict": 1, "temperature": 0}
+    body: dict[str, Any] = {"model": MODEL, "prompt": prompt, "stream": False, "options": options}
+    whole = (await call(tapped.url, "POST", "/api/generate", body)).json()["prompt_eval_count"]
+    c = whole - 20
+    options["num_ctx"] = c
+    reply = (await call(tapped.url, "POST", "/api/generate", body)).json()
+    assert reply["prompt_eval_count"] == c
+    lost = len(reply["context"]) - (c + reply["eval_count"])
+    assert 2 <= lost <= c // 4, reply
+    found = (await last_record(tapped, 2))["truncation"]
+    assert found is not None
+    assert (found["rule"], found["context"], found["tokens_lost"]) == ("T2", c, lost)
+
+
+async def test_v1_options_are_ignored_by_ollama_and_by_the_rules(
+    tapped: Proxy, real_ollama: Ollama
+) -> None:
+    """A /v1 body's `options.num_ctx` is no field of Ollama's compat structs: the reply runs
+    in the default context, so a prompt far over the num_ctx asked is no truncation."""
+    body = {
+        "model": MODEL, "max_tokens": 2, "temperature": 0,
+        "messages": [{"role": "user", "content": LONG[:800]}], "options": {"num_ctx": 64},
+    }  # fmt: skip
+    reply = await call(tapped.url, "POST", "/v1/chat/completions", body)
+    assert reply.status == 200, reply.body
+    assert reply.json()["usage"]["prompt_tokens"] > 64
+    assert (await last_record(tapped))["truncation"] is None
