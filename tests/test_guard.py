@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from ollama_tap.app import LOADS
 from ollama_tap.guard import ReloadGuard
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.options import Change
@@ -132,8 +133,8 @@ def sent_up(fake: FakeOllama) -> Any:
     return [r for r in fake.received if r.method == "POST"][-1]
 
 
-async def loaded_at(proxy: Proxy, fake: FakeOllama, num_ctx: int) -> None:
-    fake.scheduler = Scheduler(fake, max_loaded=1)
+async def loaded_at(proxy: Proxy, fake: FakeOllama, num_ctx: int, prepare: float = 0.0) -> None:
+    fake.scheduler = Scheduler(fake, max_loaded=1, prepare_seconds=prepare)
     await chat(proxy, num_ctx, app="first")
     assert fake.scheduler.loads == [LLAMA]
 
@@ -142,11 +143,14 @@ async def test_a_smaller_num_ctx_is_sent_as_the_resident_one_and_nothing_reloads
     proxy_factory: MakeProxy, fake_ollama: FakeOllama
 ) -> None:
     proxy = await proxy_factory(reload_guard=True)
-    await loaded_at(proxy, fake_ollama, 8192)
+    # Each reply's load_duration over a second, as Ollama's handler reads the model on a
+    # loaded machine: the one on the runner it keeps is no load all the same.
+    await loaded_at(proxy, fake_ollama, 8192, prepare=1.1)
     with capture_logs() as logs:
         await chat(proxy, 4096)
 
     assert fake_ollama.scheduler is not None and fake_ollama.scheduler.loads == [LLAMA]
+    assert [e["cause"] for e in proxy.app[LOADS].recent(LLAMA)] == ["first_load"]
     sent = sent_up(fake_ollama)
     assert orjson.loads(sent.body)["options"] == {"num_ctx": 8192}
     assert dict((k.lower(), v) for k, v in sent.headers)["content-length"] == str(len(sent.body))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ollama_tap.loads.events import Cause, Departure, LoadEvent
-from ollama_tap.ollama.options import Change
+from ollama_tap.ollama.options import Change, reload_changes
 from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import LLAMA_SERVER, Version
 
@@ -54,6 +54,8 @@ class Pending:
     """The predicted reload's fields (L2 applied before forwarding)."""
     behind: bool = False
     """It arrived while its runner was away with requests in flight (a load under way)."""
+    manifest: str | None = None
+    """The model's manifest digest (/api/tags) when it arrived, None while unknown."""
     expiring: bool = False
     """Its runner was idle with an `expires_at` within SLACK of its arrival: too close to call
     it gone (it may still be reused), but if it loads, its keep_alive ran out (L1)."""
@@ -93,6 +95,10 @@ class Runner:
     """Its last /api/ps row (None until a read after its load)."""
     opts: dict[str, Any] | None = None
     """The runner options of the request that loaded it; None when the proxy did not see it."""
+    manifest: str | None = None
+    """The manifest digest of the model whose request loaded it: what its options do not
+    show (the Modelfile's parameters, adapters and projector) is the same for a request of
+    the same manifest."""
     auto_ctx: int | None = None
     """The context /api/ps showed after a load by a request that left num_ctx unset."""
     departure: Departure | None = None
@@ -164,6 +170,24 @@ def reduced_from(runner: Runner, row: LoadedModel) -> int | None:
     before, now = runner.auto_ctx, row.context_length
     auto = runner.opts is not None and "num_ctx" not in runner.opts
     return before if auto and before is not None and now is not None and now < before else None
+
+
+def reused(runner: Runner, p: Pending) -> bool:
+    """Whether Ollama served `p` on the runner it found rather than loading one (L0 d), so
+    that its `load_duration` over a second is no load: resident, not expiring nor failed,
+    loaded by a request the proxy saw for the same manifest, with runner options that `p`
+    matches field for field, then and now. `needsReload` compares nothing else but the
+    runner's health ping (server/sched.go:671-709 at v0.24.0). The reply's `load_duration`
+    still runs from the handler's start (server/routes.go GenerateHandler: checkpointStart
+    … checkpointLoaded), through `GetModel` and `Capabilities`, which opens the GGUF and
+    reads its metadata (server/images.go:85-108; three times for an /api/generate): more
+    than a second on a loaded machine, with no runner started."""
+    if not p.resident or p.changes or p.expiring or runner.failed or runner.opts is None:
+        return False
+    if p.manifest is None or p.manifest != runner.manifest:
+        return False
+    ctx = runner.row.context_length if runner.row is not None else None
+    return not reload_changes(runner.opts, ctx, p.opts, runner.auto_ctx)
 
 
 def alike(a: Pending, b: Pending) -> bool:

@@ -30,6 +30,7 @@ from ollama_tap.loads.state import (
     flushes_on_oom,
     matches,
     reduced_from,
+    reused,
     row_stale,
     set_trigger,
     why_gone,
@@ -149,6 +150,7 @@ class LoadTracker:
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
         p = Pending(ex.id, key, model, ex.client_name, ex.client, ex.endpoint, ex.started,
                     ex.started_wall, opts, runner.resident)  # fmt: skip
+        p.manifest = self.upstream.digest_of(model)
         row = runner.row
         p.expiring = (
             runner.resident and not runner.flight and row is not None
@@ -326,9 +328,10 @@ class LoadTracker:
 
     # --- events
 
-    def _reply_load(self, runner: Runner, p: Pending, seconds: float | None) -> LoadEvent:
+    def _reply_load(self, runner: Runner, p: Pending, seconds: float | None) -> LoadEvent | None:
         """A reply that waited for a load: the load under way (L0: concurrent cold requests
-        are one load, the earliest its trigger), or a new one."""
+        are one load, the earliest its trigger), a new one, or none when Ollama reused the
+        runner the request found (`reused`)."""
         cur, start = runner.current, p.started
         if cur is not None and (cur.request == p.id or p.id in cur.waited):
             if cur.request == p.id:
@@ -343,6 +346,8 @@ class LoadTracker:
             elif p.id not in cur.waited:
                 cur.waited.append(p.id)
             return cur
+        if reused(runner, p):
+            return None
         # An earlier request still waiting, that found the runner as this one did, waits
         # for the same load: it is the trigger.
         earlier = [
@@ -371,9 +376,9 @@ class LoadTracker:
             set_trigger(event, p)
             event.changes = list(p.changes) if cause is Cause.OPTIONS_CHANGED else []
             event.predicted = any(c.certain for c in p.changes)
-            runner.opts = p.opts
+            runner.opts, runner.manifest = p.opts, p.manifest
         else:
-            runner.opts = None
+            runner.opts = runner.manifest = None
         runner.resident = runner.seen = True
         runner.departure, runner.current, runner.failed = None, event, False
         runner.row = None

@@ -39,6 +39,42 @@ def test_a_warm_reply_is_no_load_and_a_later_cold_one_is_a_new_load(rig: Rig) ->
     assert rig.causes() == [(A, "first_load"), (A, "unknown")]
 
 
+def test_a_slow_reply_on_the_runner_it_found_is_no_load(rig: Rig) -> None:
+    """Ollama's `load_duration` includes its handler's reads of the model before the
+    scheduler reuses the runner (L0 d): over a second on a loaded machine, and no load."""
+    ctx = {"num_ctx": 4096}
+    rig.end(rig.start(A, options=ctx), 2.0)
+    rig.ps({A: 4096})
+    slow = rig.start(A, options=ctx)
+    rig.end(slow, 1.1)
+    assert rig.causes() == [(A, "first_load")] and slow.load_event is None
+    # Other options than the runner's: Ollama reloads it.
+    rig.end(rig.start(A, options={"num_ctx": 8192}), 1.1)
+    assert rig.causes()[-1] == (A, "options_changed")
+
+
+def test_a_slow_reply_is_a_load_when_the_runner_may_differ() -> None:
+    """Options the proxy did not see (a runner resident before it started, a Modelfile
+    variant on the same blob) or a runner that failed: the long reply is a load."""
+    rig = Rig()
+    rig.ps({A: 4096})  # resident before the proxy started: its options unknown
+    rig.end(rig.start(A, options={"num_ctx": 4096}), 1.1)
+    assert rig.causes() == [(A, "unknown")]
+    rig.ps({A: 4096})
+    rig.end(rig.start(A, options={"num_ctx": 4096}), 0.01, error="model runner has "
+            "unexpectedly stopped", outcome=Outcome.STREAM_ERROR)  # fmt: skip
+    rig.end(rig.start(A, options={"num_ctx": 4096}), 1.1)
+    assert rig.causes()[-1] == (A, "runner_died")
+    rig.ps({A: 4096})
+    # Re-created from the same weights with other Modelfile parameters: the blob's runner,
+    # another manifest.
+    up: Any = rig.tracker.upstream
+    up.digest_of = lambda model: "d-a2"
+    up.runner_key = lambda digest: "d-a"
+    rig.end(rig.start(A, options={"num_ctx": 4096}), 1.1)
+    assert rig.causes()[-1] == (A, "unknown")
+
+
 def test_after_an_out_of_memory_error_every_runner_is_flushed(rig: Rig) -> None:
     rig.end(rig.start(A), 2.0)
     rig.end(rig.start(B), 2.0)

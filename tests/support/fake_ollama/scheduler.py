@@ -123,11 +123,23 @@ class FakeRunner:
 class Scheduler:
     """The rules of §7: one pending load at a time, reuse, reload, evict, expire, unload."""
 
-    def __init__(self, engine: Engine, *, max_loaded: int = 3, load_seconds: float = 1.1) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_loaded: int = 3,
+        load_seconds: float = 1.1,
+        prepare_seconds: float = 0.0,
+    ) -> None:
         self.engine = engine
         self.max_loaded = max_loaded
         """`OLLAMA_MAX_LOADED_MODELS` (default 3 × GPUs, §7.3)."""
         self.load_seconds = load_seconds
+        self.prepare_seconds = prepare_seconds
+        """The handler's time before it asks the scheduler, in `load_duration` whether or
+        not a runner loads (server/routes.go GenerateHandler from checkpointStart: GetModel
+        and `Capabilities` opening the GGUF, server/images.go:85-108, at v0.24.0): over a
+        second on a loaded machine."""
         self.context_fits: int | None = None
         """The largest context any model's load fits in memory (None: all fit)."""
         self.runners: dict[str, FakeRunner] = {}
@@ -141,6 +153,7 @@ class Scheduler:
         by the model's blob (`s.loaded[pending.model.ModelPath]`, every version), so names
         that share one (`ollama cp`, Modelfile variants) share a runner, which /api/ps
         lists under the name that loaded it (F§1 #16)."""
+        await asyncio.sleep(self.prepare_seconds)
         self.sweep()
         wanted = RunnerOptions.of(run)
         runner = self.runners.get(run.model.blob)
