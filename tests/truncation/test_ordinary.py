@@ -13,12 +13,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from ollama_tap.app import LOADS
+from ollama_tap.app import LOADS, POLLER
 from tests.conftest import Proxy
 from tests.support.fake_ollama import FakeOllama
 from tests.support.fake_ollama.scheduler import Scheduler
 from tests.support.metrics import LLAMA, settled
 from tests.support.records import records
+from tests.support.waiting import eventually
 
 DEFAULT = 4096
 """The fake's llama3.2 default context: what a request (or any /v1 one) without num_ctx gets."""
@@ -80,6 +81,9 @@ async def test_200_varied_ordinary_requests_give_no_verdict_and_no_phantom_load(
     fake.context_rules = True
     fake.version = version
     fake.scheduler = Scheduler(fake, load_seconds=0.03)
+    # The rules a verdict applies are the version the poller last read; a request sent
+    # before it reads the new one is judged by the old version's rules.
+    await eventually(lambda: proxy.app[POLLER].version == version)
     rng = random.Random(f"ordinary-{version}")
     async with aiohttp.ClientSession() as s:
         for _ in range(200):
