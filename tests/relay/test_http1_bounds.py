@@ -6,6 +6,7 @@ is what is checked."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -137,3 +138,32 @@ async def test_a_chunked_body_that_does_not_parse_is_the_clients_error(
     assert [e for e in logs if e["log_level"] in ("error", "warning", "critical")] == []
     assert any(e["event"] == "front_unparseable" for e in logs)
     writer.close()
+
+
+def send_then_read(port: int, data: bytes) -> bytes:
+    """From a thread, as a blocking client does: everything sent (or as much as the proxy
+    takes before it closes), then the answer read to the end."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(20)
+        with contextlib.suppress(OSError):  # the proxy answered before taking it all
+            sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+@pytest.mark.parametrize("rest", [0, 512 * 1024], ids=["head-alone", "with-a-body-behind"])
+async def test_a_refused_head_is_answered_even_while_the_client_still_sends(
+    proxy: Proxy, rest: int
+) -> None:
+    """A head past 128 KiB gets the 431 and the connection closes; bytes the client was
+    still sending are read and dropped for a while first (nginx's lingering close, bounded
+    by MAX_LINGER), so the close is no reset that takes the 431 away before the client
+    reads it."""
+    head = b"POST /api/generate HTTP/1.1\r\nHost: localhost\r\n" + b"X-Pad: p\r\n" * 30000
+    data = head + b"Content-Length: %d\r\n\r\n" % rest + b"x" * rest
+    for _ in range(5):
+        answer = await asyncio.to_thread(send_then_read, proxy.port, data)
+        assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+        assert b"larger than 128 KiB" in answer

@@ -14,7 +14,7 @@ from yarl import URL
 from ollama_tap.config import Settings
 from ollama_tap.exchange import Outcome
 from ollama_tap.hooks import Hooks
-from ollama_tap.relay.http1.bounds import MAX_HEAD
+from ollama_tap.relay.http1.bounds import MAX_HEAD, MAX_LINGER
 from ollama_tap.relay.http1.flow import FlowControl
 from ollama_tap.relay.http1.pool import UpstreamConnection, UpstreamPool
 from ollama_tap.relay.http1.relay import Http1Relay
@@ -32,7 +32,7 @@ class Transport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.written = bytearray()
-        self.closed = self.aborted = self.paused = False
+        self.closed = self.aborted = self.paused = self.eof = False
         self.protocol: asyncio.BaseProtocol | None = None
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -53,6 +53,12 @@ class Transport(asyncio.Transport):
 
     def abort(self) -> None:
         self.aborted = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
 
     def pause_reading(self) -> None:
         self.paused = True
@@ -202,15 +208,21 @@ async def test_pipelined_requests_queue_in_order_and_one_for_aiohttp_behind_them
     await asyncio.sleep(0)
     conn.after_exchange(keep=True)
     assert transport.written.startswith(b"HTTP/1.1 400 Bad Request\r\n")
-    assert b"must come first" in transport.written and transport.closed
+    assert b"must come first" in transport.written
+    # Lingering: the write side closed, what the client still sends read and dropped.
+    assert transport.eof and not transport.paused and not transport.closed
 
 
 async def test_bytes_that_do_not_parse_get_the_fronts_400_at_a_clean_start() -> None:
     conn, transport = connected(front())
     conn.data_received(b"\x16\x03\x01 not http\r\n\r\n")
-    assert transport.protocol is None and transport.closed
+    assert transport.protocol is None and transport.eof and not transport.closed
     assert transport.written.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     assert b"could not be parsed" in transport.written
+    conn.data_received(b"more of the same")  # lingering: dropped, not parsed
+    assert not transport.aborted and transport.written.count(b"HTTP/1.1 400") == 1
+    conn.data_received(b"x" * MAX_LINGER)
+    assert transport.aborted
 
 
 async def test_a_reply_that_ended_before_its_relay_took_it_is_delivered_and_frees_its_link() -> (

@@ -21,6 +21,11 @@ MAX_FRAMING: Final = MAX_FIELD
 without a body byte between them, past which the connection is cut: llhttp bounds none of
 them and httptools grows a trailer field by concatenation (aiohttp stops at 64 KiB too)."""
 
+MAX_LINGER: Final = 1024 * 1024
+"""Bytes read and dropped after a refusal before the connection is cut (nginx's lingering
+close, bounded by bytes as well as time: a client still pushing an endless head gets a
+reset, not a sink)."""
+
 
 class TooLarge(Exception):
     """The request head passed MAX_HEAD, or a body's framing MAX_FRAMING."""

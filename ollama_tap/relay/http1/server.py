@@ -23,7 +23,7 @@ from multidict import CIMultiDict
 from ollama_tap.relay import failures
 from ollama_tap.relay.failures import ClientGone
 from ollama_tap.relay.headers import text
-from ollama_tap.relay.http1.bounds import ReadBounds
+from ollama_tap.relay.http1.bounds import MAX_LINGER, ReadBounds
 from ollama_tap.relay.http1.clients import Clients
 from ollama_tap.relay.http1.flow import FlowControl
 from ollama_tap.relay.http1.pool import UpstreamPool
@@ -44,7 +44,7 @@ class _Stop(Exception):
     """Raised inside the parser's callback: this request is aiohttp's, or refused."""
 
 
-Pending = Literal["hand-off", "refuse", "close"]
+Pending = Literal["hand-off", "refuse", "close", "linger"]
 """Parsing has stopped; what waits for the running exchange to end: the connection goes to
 aiohttp, a request is refused (`refusal`), or the connection closes (the parser stopped
 after a request that asked to upgrade its connection)."""
@@ -101,6 +101,7 @@ class FrontConnection(asyncio.Protocol):
         self.bounds = ReadBounds()
         self.refusal = b""
         """The response to a refused request (`serves.Refusal`)."""
+        self.lingered = 0
         self.clock = BodyClock(self.flow)
         self.url: list[bytes] = []
         self.header_list: list[tuple[str, str]] = []
@@ -132,7 +133,13 @@ class FrontConnection(asyncio.Protocol):
         if self.keeping:
             self.raw.append(data)
         if self.pending is not None:
-            return  # parsing has stopped and reading is paused: aiohttp's bytes, or nobody's
+            # Parsing has stopped and reading is paused (aiohttp's bytes, or nobody's), or a
+            # refused request's connection is lingering (`refuse`).
+            if self.pending == "linger":
+                self.lingered += len(data)
+                if self.lingered > MAX_LINGER:
+                    self.transport.abort()
+            return
         parser = self.parser
         if parser is None:
             return  # the connection was lost
@@ -336,12 +343,27 @@ class FrontConnection(asyncio.Protocol):
         elif self.pending == "hand-off":
             self.hand_off()
         elif self.pending == "refuse":
-            transport.write(self.refusal)
-            transport.close()
+            self.refuse()
         elif self.pending == "close":
             transport.close()
         else:
             self.front.clients.rest(self)
+
+    def refuse(self) -> None:
+        """Write the refusal, then close as nginx's lingering close does: the write side
+        first, then whatever the client is still sending is read and dropped (at most
+        MAX_LINGER bytes for at most LINGER_SECONDS, or until it closes its side). A plain
+        close with unread bytes is a reset, which can take the answer away before the client
+        reads it."""
+        transport = self.transport
+        transport.write(self.refusal)
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.pending, self.keeping, self.raw, self.lingered = "linger", False, [], 0
+        self.clock.linger(lambda _why: transport.abort())
+        self.flow.resume_reading()
 
     def hand_off(self) -> None:
         """Give the connection, and every byte of the current request, to aiohttp's server."""
