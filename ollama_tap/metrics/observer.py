@@ -74,7 +74,7 @@ class MetricsObserver:
     on the histograms it would multiply every bucket series by the number of clients.
 
     With several boxes the counters and the in-flight gauge are the exchange's box's
-    (`ex.box`, RequestMetrics.counts: one dict lookup at each of those three hooks), so the
+    (`ex.box` looked up in RequestMetrics.by_box once at each of their three hooks), so the
     in-flight count follows a request the router sent on to the next box; the histograms
     and the per-chunk path are the same for every box.
     """
