@@ -723,8 +723,49 @@ def loads() -> list[Panel]:
 def boxes() -> list[Panel]:
     """Several Ollama boxes behind one tap (--upstream NAME=URL, docs/boxes.md): empty with one."""
     b = sel(model=False, endpoint=False)
+    # The request counters of exchanges no box served (the /api/tags, /api/ps, /api/version
+    # unions, refusals) carry upstream="": not a box, so not a line here.
+    r = sel(extra='upstream!=""')
+    failed = sel(extra='upstream!="", kind!="client_disconnected"')
     bars = {"custom": {"drawStyle": "bars", "fillOpacity": 80, "stacking": {"mode": "normal"}}}
     return [
+        Panel(
+            "Request rate by box",
+            "Requests per second each box served (by the $model and $endpoint filters), "
+            "counted when each exchange ends.",
+            "reqps",
+            [Target(rate("ollama_tap_requests_total", "upstream", r), "{{upstream}}")],
+        ),
+        Panel(
+            "Error rate by box",
+            "Share of each box's requests that did not end ok (client disconnects left out): "
+            "a box failing alone stands out here, where the overview averages it away.",
+            "percentunit",
+            [
+                Target(
+                    f"{rate('ollama_tap_request_errors_total', 'upstream', failed)}"
+                    f" / {rate('ollama_tap_requests_total', 'upstream', r)}",
+                    "{{upstream}}",
+                )
+            ],
+        ),
+        Panel(
+            "Decode rate by box",
+            "Generated tokens per second of decode time on each box, all replies together "
+            "(eval_count over eval_duration): the box's GPU, whatever the mix of requests.",
+            TOK_S,
+            [
+                Target(
+                    rate_pair(
+                        "ollama_tap_decode_tokens_total",
+                        "ollama_tap_decode_seconds_total",
+                        "upstream",
+                        sel(endpoint=False, extra='upstream!=""'),
+                    ),
+                    "{{upstream}}",
+                )
+            ],
+        ),
         Panel(
             "Boxes up",
             "Each box's last poll: 1 when it answered /api/version; a box at 0 is skipped by "

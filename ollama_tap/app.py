@@ -182,7 +182,7 @@ def make_app(
             f"{clients.name_of(ex.request_headers, ex.client)}@{ex.client}"
         )
     inflight = InFlight(labels.label)
-    metrics = [MetricsObserver(registry, labels, state)] if settings.metrics else []
+    metrics = [MetricsObserver(registry, labels, state, boxes.counted)] if settings.metrics else []
     if metrics:
         clients.on_free(metrics[0].m.forget_client)
         inflight_metrics.register(registry, inflight)

@@ -29,7 +29,10 @@ class Boxes:
     """The boxes of the settings. With one plain upstream there is no router and the box's
     metrics are the registry's own, exactly as before boxes existed; with named boxes each
     keeps its families on a registry of its own, which `LabelledBoxes` serves with an
-    `upstream` label (bounded: the configured names are its only values)."""
+    `upstream` label (bounded: the configured names are its only values). The request
+    counters of the exchanges no box served (a union of every box's listing, a management
+    request refused for want of a box) go on one more, labelled `upstream=""`, which
+    Prometheus stores as no label at all."""
 
     def __init__(
         self, settings: Settings, registry: CollectorRegistry, labels: ModelLabels
@@ -49,11 +52,15 @@ class Boxes:
         self.first = self.boxes[0]
         self.router: Router | None = None
         self.unions = Unions(self.boxes)
+        self.counted: dict[str, CollectorRegistry] | None = None
+        """Where the metrics observer counts each box's exchanges (RequestMetrics): None
+        with one box (on the registry, unlabelled)."""
         routed = counter(registry, ROUTED)  # registered always, a series only per named box
         self.routed: dict[tuple[str, str], Any] = {}
         if self.named:
             self.router = Router(self.boxes, affinity=settings.affinity == "client")
-            registry.register(LabelledBoxes(self.registries))
+            self.counted = {**dict(self.registries), "": CollectorRegistry(auto_describe=True)}
+            registry.register(LabelledBoxes(list(self.counted.items())))
             self.routed = {
                 (b.name, t.value): routed.labels(b.name, t.value)
                 for b in self.boxes
@@ -141,8 +148,8 @@ class PerBox:
 
 
 class LabelledBoxes(Collector):
-    """Every box's poller, load and truncation families at scrape time, each sample with its
-    box's name as `upstream`, one family per name across the boxes."""
+    """Every box's poller, load, truncation and request-counter families at scrape time,
+    each sample with its box's name as `upstream`, one family per name across the boxes."""
 
     def __init__(self, registries: list[tuple[str, CollectorRegistry]]) -> None:
         self.registries = registries

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, Protocol
 
 from aiohttp import web
@@ -14,7 +14,7 @@ from ollama_tap.exchange import Exchange, Outcome, OutputChunk, Usage
 from ollama_tap.hooks import Phase
 from ollama_tap.measures import cold_start, ctx_class, request_num_ctx
 from ollama_tap.metrics.histogram import Series
-from ollama_tap.metrics.registered import RequestMetrics
+from ollama_tap.metrics.registered import Counts, RequestMetrics
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS, NATIVE_GENERATION
 from ollama_tap.ollama.request import honoured_options
@@ -53,10 +53,11 @@ def status_label(ex: Exchange) -> str:
 class _State:
     """Per-exchange state between hooks, in `ex.metadata["metrics"]`."""
 
-    __slots__ = ("gaps", "in_flight", "last_at", "model")
+    __slots__ = ("counts", "gaps", "in_flight", "last_at", "model")
 
-    def __init__(self, model: str, in_flight: Gauge) -> None:
+    def __init__(self, model: str, counts: Counts, in_flight: Gauge) -> None:
         self.model = model
+        self.counts = counts
         self.in_flight = in_flight
         self.last_at: float | None = None
         self.gaps: Series | None = None
@@ -71,6 +72,11 @@ class MetricsObserver:
     found in the meantime gets its own label. The series of a label whose slot is freed go.
     The client label (`ex.client_label`) is on the counters and the in-flight gauge only:
     on the histograms it would multiply every bucket series by the number of clients.
+
+    With several boxes the counters and the in-flight gauge are the exchange's box's
+    (`ex.box` looked up in RequestMetrics.by_box once at each of their three hooks), so the
+    in-flight count follows a request the router sent on to the next box; the histograms
+    and the per-chunk path are the same for every box.
     """
 
     name = NAME
@@ -81,28 +87,31 @@ class MetricsObserver:
         registry: CollectorRegistry,
         labels: ModelLabels,
         models: ModelState | None = None,
+        boxes: Mapping[str, CollectorRegistry] | None = None,
     ) -> None:
-        self.m = RequestMetrics(registry)
+        self.m = RequestMetrics(registry, boxes)
         self.labels = labels
         self.models = models
         labels.on_free(self.m.forget_model)
 
     def request(self, ex: Exchange) -> None:
         model = self.labels.label(ex.model)
-        gauge = self.m.in_flight[ex.endpoint, model, ex.client_label]
+        counts = self.m.by_box.get(ex.box, self.m.other)
+        gauge = counts.in_flight[ex.endpoint, model, ex.client_label]
         gauge.inc()
-        ex.metadata[NAME] = _State(model, gauge)
+        ex.metadata[NAME] = _State(model, counts, gauge)
 
     def response_headers(self, ex: Exchange) -> None:
         state: _State | None = ex.metadata.get(NAME)
         if state is None:
             return
         model = self.labels.label(ex.model)
-        if model != state.model:
+        counts = self.m.by_box.get(ex.box, self.m.other)
+        if model != state.model or counts is not state.counts:
             state.in_flight.dec()
-            state.in_flight = self.m.in_flight[ex.endpoint, model, ex.client_label]
+            state.in_flight = counts.in_flight[ex.endpoint, model, ex.client_label]
             state.in_flight.inc()
-            state.model = model
+            state.model, state.counts = model, counts
 
     def chunks(self, ex: Exchange, pieces: Sequence[OutputChunk]) -> None:
         # Runs once per socket read of every stream. A read's pieces were written at one
@@ -137,31 +146,31 @@ class MetricsObserver:
         if state is not None:
             state.in_flight.dec()
         endpoint, model, client = ex.endpoint, self.labels.label(ex.model), ex.client_label
-        where = location(ex)
-        self.m.requests[endpoint, model, client, status_label(ex), where].inc()
+        where, c = location(ex), self.m.by_box.get(ex.box, self.m.other)
+        c.requests[endpoint, model, client, status_label(ex), where].inc()
         if ex.outcome is not None and ex.outcome is not Outcome.OK:
-            self.m.errors[endpoint, model, client, ex.outcome.value].inc()
+            c.errors[endpoint, model, client, ex.outcome.value].inc()
         if ex.done_reason is not None:
             reason = ex.done_reason if ex.done_reason in DONE_REASONS else "other"
-            self.m.responses[endpoint, model, reason].inc()
+            c.responses[endpoint, model, reason].inc()
         if ex.retried is not None:
-            self.m.retries[(ex.retried.value,)].inc()
+            c.retries[(ex.retried.value,)].inc()
         if endpoint not in MEASURED_ENDPOINTS or ex.done_reason in LOAD_REASONS:
             return
         self._latency(ex, endpoint, model)
         if (usage := ex.usage) is None:
             return
-        self._tokens(usage, endpoint, model, client, where)
+        self._tokens(c, usage, endpoint, model, client, where)
         if not usage.has_timings or where != LOCAL:
             # A cloud reply's timings are ollama.com's (C4): no local figure takes them.
             return
         self._phases(ex, usage, endpoint, model)
         cold, waiting = cold_start(usage), None
         if endpoint in NATIVE_GENERATION:
-            self._rates(usage, endpoint, model)
+            self._rates(c, usage, endpoint, model)
             waiting = self._context(ex, usage, endpoint, model, cold)
         if cold:
-            self.m.cold_starts[(model,)].inc()
+            c.cold_starts[(model,)].inc()
             if self.models is not None:
                 # Loaded for this reply, perhaps with another num_ctx: /api/ps is read again,
                 # and a utilization that needs it waits for that read.
@@ -183,12 +192,15 @@ class MetricsObserver:
         if (rate := ex.output_rate) is not None:
             self.m.output_rate[endpoint, model].observe(rate)
 
-    def _tokens(self, usage: Usage, endpoint: str, model: str, client: str, where: str) -> None:
+    def _tokens(
+        self, c: Counts, usage: Usage, endpoint: str, model: str, client: str, where: str
+    ) -> None:
+        labels = (endpoint, model, client, where)
         if usage.prompt_eval_count is not None:
-            self.m.prompt_tokens[endpoint, model, client, where].inc(usage.prompt_eval_count)
-        self.m.generation_tokens[endpoint, model, client, where].inc(usage.eval_count)
+            c.prompt_tokens[labels].inc(usage.prompt_eval_count)
+        c.generation_tokens[labels].inc(usage.eval_count)
         if usage.prompt_eval_cached_count is not None:
-            self.m.cached_tokens[endpoint, model, client, where].inc(usage.prompt_eval_cached_count)
+            c.cached_tokens[labels].inc(usage.prompt_eval_cached_count)
 
     def _phases(self, ex: Exchange, usage: Usage, endpoint: str, model: str) -> None:
         labels = (endpoint, model, _stream(ex))
@@ -199,17 +211,17 @@ class MetricsObserver:
         self.m.prompt_eval[labels].observe(usage.prompt_eval_duration / 1e9)
         self.m.eval[labels].observe(usage.eval_duration / 1e9)
 
-    def _rates(self, usage: Usage, endpoint: str, model: str) -> None:
+    def _rates(self, c: Counts, usage: Usage, endpoint: str, model: str) -> None:
         if usage.eval_count > 0 and usage.eval_duration > 0:
             labels = (model, ctx_class(usage.context_size))
-            self.m.decode_tokens[labels].inc(usage.eval_count)
-            self.m.decode_seconds[labels].inc(usage.eval_duration / 1e9)
+            c.decode_tokens[labels].inc(usage.eval_count)
+            c.decode_seconds[labels].inc(usage.eval_duration / 1e9)
         if (decode := usage.decode_rate) is not None:
             self.m.decode_rate[endpoint, model].observe(decode)
         if (prefill := usage.prefill_rate) is not None and usage.prefill_tokens is not None:
             self.m.prefill_rate[endpoint, model].observe(prefill)
-            self.m.prefill_tokens[(model,)].inc(usage.prefill_tokens)
-            self.m.prefill_seconds[(model,)].inc(usage.prompt_eval_duration / 1e9)
+            c.prefill_tokens[(model,)].inc(usage.prefill_tokens)
+            c.prefill_seconds[(model,)].inc(usage.prompt_eval_duration / 1e9)
 
     def _context(
         self, ex: Exchange, usage: Usage, endpoint: str, model: str, cold: bool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from prometheus_client import (
@@ -135,19 +135,62 @@ def _version() -> str:
         return "unknown"
 
 
-class RequestMetrics:
-    """The metrics observer's families (as `Children`), the build info and the standard
-    collectors on one registry."""
+class Counts:
+    """The per-exchange counters and the in-flight gauge of one box (or of the only one).
+
+    With several boxes each box has its own, on the box's registry, which the fleet serves
+    under an `upstream` label (boxes/fleet.py, LabelledBoxes), as it serves the box's poller:
+    counters and a gauge gain one series per box at most, while the histograms stay off the
+    box (RequestMetrics) because a label there multiplies every bucket (docs/operations.md).
+    """
+
+    __slots__ = (
+        *("requests", "errors", "in_flight", "responses", "retries", "cold_starts"),
+        *("decode_tokens", "decode_seconds", "prefill_tokens", "prefill_seconds"),
+        *("prompt_tokens", "cached_tokens", "generation_tokens", "families"),
+    )
 
     def __init__(self, r: CollectorRegistry) -> None:
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-        GCCollector(registry=r)
-        gauge(r, BUILD_INFO).labels(_version(), platform.python_version()).set(1)
         self.requests = _counters(r, REQUESTS)
         self.errors = _counters(r, REQUEST_ERRORS)
         self.in_flight = _gauges(r, IN_FLIGHT)
         self.responses = _counters(r, RESPONSES)
+        self.decode_tokens = _counters(r, DECODE_TOKENS)
+        self.decode_seconds = _counters(r, DECODE_SECONDS)
+        self.prefill_tokens = _counters(r, PREFILL_TOKENS)
+        self.prefill_seconds = _counters(r, PREFILL_SECONDS)
+        self.prompt_tokens = _counters(r, PROMPT_TOKENS)
+        self.cached_tokens = _counters(r, CACHED_TOKENS)
+        self.generation_tokens = _counters(r, GENERATION_TOKENS)
+        self.cold_starts = _counters(r, COLD_STARTS)
+        self.retries = _counters(r, RETRIES)
+        for reason in Retry:
+            self.retries[(reason.value,)].inc(0)  # every reason a series from the start
+        self.families: tuple[Children[Counter] | Children[Gauge], ...] = (
+            *(self.requests, self.errors, self.in_flight, self.responses),
+            *(self.decode_tokens, self.decode_seconds, self.prefill_tokens, self.prefill_seconds),
+            *(self.prompt_tokens, self.cached_tokens, self.generation_tokens, self.cold_starts),
+        )
+
+
+class RequestMetrics:
+    """The metrics observer's families (as `Children`), the build info and the standard
+    collectors on one registry.
+
+    `boxes` maps each box's name to the registry its `Counts` go on (and "" to those of the
+    exchanges no box served); without it there is one `Counts`, on `r`, for every exchange.
+    """
+
+    def __init__(
+        self, r: CollectorRegistry, boxes: Mapping[str, CollectorRegistry] | None = None
+    ) -> None:
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        gauge(r, BUILD_INFO).labels(_version(), platform.python_version()).set(1)
+        self.by_box = {name: Counts(registry) for name, registry in (boxes or {}).items()}
+        self.other = self.by_box[""] if self.by_box else Counts(r)
+        """The counts of an exchange whose box has none of its own: with one box, all."""
         self.duration = histogram(r, DURATION)
         self.ttft = histogram(r, TTFT)
         self.ttfc = histogram(r, TTFC)
@@ -160,27 +203,19 @@ class RequestMetrics:
         self.eval = histogram(r, EVAL)
         self.decode_rate = histogram(r, DECODE_RATE)
         self.prefill_rate = histogram(r, PREFILL_RATE)
-        self.decode_tokens = _counters(r, DECODE_TOKENS)
-        self.decode_seconds = _counters(r, DECODE_SECONDS)
-        self.prefill_tokens = _counters(r, PREFILL_TOKENS)
-        self.prefill_seconds = _counters(r, PREFILL_SECONDS)
-        self.prompt_tokens = _counters(r, PROMPT_TOKENS)
-        self.cached_tokens = _counters(r, CACHED_TOKENS)
-        self.generation_tokens = _counters(r, GENERATION_TOKENS)
         self.context_tokens = histogram(r, CONTEXT_TOKENS)
         self.utilization = histogram(r, UTILIZATION)
-        self.cold_starts = _counters(r, COLD_STARTS)
-        self.retries = _counters(r, RETRIES)
-        for reason in Retry:
-            self.retries[(reason.value,)].inc(0)  # every reason a series from the start
+        counted = self.by_box.values() if self.by_box else (self.other,)
         self._per_request: tuple[Children[Counter] | Children[Gauge] | LoopHistogram, ...] = (
-            *(self.requests, self.errors, self.in_flight, self.responses, self.duration),
-            *(self.ttft, self.ttfc, self.inter_token, self.output_rate, self.load, self.queue),
-            *(self.prompt_eval, self.eval, self.decode_rate, self.prefill_rate),
-            *(self.decode_tokens, self.decode_seconds, self.prefill_tokens, self.prefill_seconds),
-            *(self.prompt_tokens, self.cached_tokens, self.generation_tokens),
-            *(self.context_tokens, self.utilization, self.cold_starts, self.client_ttft),
+            *(family for counts in counted for family in counts.families),
+            *(self.duration, self.ttft, self.ttfc, self.inter_token, self.output_rate),
+            *(self.load, self.queue, self.prompt_eval, self.eval, self.decode_rate),
+            *(self.prefill_rate, self.context_tokens, self.utilization, self.client_ttft),
         )
+
+    def counts(self, box: str) -> Counts:
+        """The counts of an exchange that went to `box` (its `Exchange.box`)."""
+        return self.by_box.get(box, self.other)
 
     def forget_model(self, model: str) -> None:
         """Drop every series labelled `model` (its label slot was freed)."""

@@ -41,7 +41,8 @@ def test_forget_model_drops_its_series_from_every_request_family() -> None:
         if isinstance(f, Family) and "model" in f.labels
     }
     registered = {metric.name for metric in registry.collect()} & with_model
-    for family in (getattr(m, name) for name in dir(m) if not name.startswith("__")):
+    held = (m, m.other)
+    for family in (getattr(o, n) for o in held for n in dir(o) if not n.startswith("__")):
         if not isinstance(family, Children | LoopHistogram):
             continue
         for model in ("gone:latest", "kept:latest"):
@@ -52,8 +53,9 @@ def test_forget_model_drops_its_series_from_every_request_family() -> None:
     m.forget_model("gone:latest")
     assert _series_of(registry, "gone:latest") == set()
     assert _series_of(registry, "kept:latest") == registered
-    gone = {label: "gone:latest" if label == "model" else "x" for label in m.requests.labelnames}
-    m.requests[tuple(gone.values())].inc()  # the cache let go of the removed child too
+    requests = m.other.requests
+    gone = {label: "gone:latest" if label == "model" else "x" for label in requests.labelnames}
+    requests[tuple(gone.values())].inc()  # the cache let go of the removed child too
     assert registry.get_sample_value("ollama_tap_requests_total", gone) == 1
 
 
@@ -61,7 +63,8 @@ def test_forget_client_drops_its_series_from_the_client_families() -> None:
     registry = CollectorRegistry()
     m = RequestMetrics(registry)
     for client in ("gone", "kept"):
-        for family in (m.requests, m.errors, m.in_flight, m.prompt_tokens, m.generation_tokens):
+        c = m.other
+        for family in (c.requests, c.errors, c.in_flight, c.prompt_tokens, c.generation_tokens):
             family[tuple(client if n == "client" else "x" for n in family.labelnames)].inc()
     m.forget_client("gone")
     clients = {
@@ -71,3 +74,15 @@ def test_forget_client_drops_its_series_from_the_client_families() -> None:
         if "client" in s.labels
     }
     assert clients == {"kept"}
+
+
+def test_forget_model_drops_its_series_on_every_box() -> None:
+    boxes = {name: CollectorRegistry() for name in ("gpu1", "gpu2", "")}
+    m = RequestMetrics(CollectorRegistry(), boxes)
+    for box in boxes:
+        for model in ("gone:latest", "kept:latest"):
+            m.counts(box).requests[("/api/chat", model, "app", "200", "local")].inc()
+    m.forget_model("gone:latest")
+    assert not any(_series_of(r, "gone:latest") for r in boxes.values())
+    assert all(_series_of(r, "kept:latest") == {"ollama_tap_requests"} for r in boxes.values())
+    assert m.counts("elsewhere") is m.counts("") is not m.counts("gpu1")
