@@ -109,10 +109,12 @@ class Router:
             key = self._keys[model] = model_key(model)
         return key
 
-    def plan(self, ex: Exchange, tried: Collection[Box] = ()) -> Plan | None:
+    def plan(
+        self, ex: Exchange, tried: Collection[Box] = (), *, unread: bool = False
+    ) -> Plan | None:
         """The best box for `ex` but those `tried`, and the route to it; None when every box
-        was tried. Nothing is noted: the caller counts the exchange on the box it sends to
-        (`going`)."""
+        was tried. `unread`: its body streams in, so its model is not known yet. Nothing is
+        noted: the caller counts the exchange on the box it sends to (`going`)."""
         model = ex.model
         key = self.key_of(model)
         up, holders = self._holders(key)
@@ -142,7 +144,9 @@ class Router:
                 return self._listed(model, key, listed, seen, notes)
             what = f"no box up lists {model}"
         else:
-            what = "the request names no model"
+            what = (
+                "the body streams in, its model unread" if unread else "the request names no model"
+            )
         box = min(up, key=_rank)
         why = f"{what}; {box.name} has the fewest exchanges"
         return self._plan(box, RouteTier.UNLISTED, why, notes)

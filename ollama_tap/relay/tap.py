@@ -132,7 +132,7 @@ class Tap:
         if self.router is None:
             tapped.ex.box = self.boxes.first.name
         else:
-            tapped.guard_later = True  # the routed box's runner decides (Tap._routed)
+            tapped.routed = True  # the router decides, from the body (Tap._routed)
         return tapped
 
     async def drive(self, relay: Transport) -> None:
@@ -217,7 +217,8 @@ class Tap:
         else:
             if isinstance(data, bytes):
                 tapped.parse_body()  # the model decides the box; the body is at hand
-            first = router.plan(ex)
+            streams = data is not None and not isinstance(data, bytes)
+            first = router.plan(ex, unread=streams)
             assert first is not None  # nothing tried yet: every box is a candidate
             plan = first
             if isinstance(data, bytes):
