@@ -95,6 +95,9 @@ class Router:
         self._index: dict[str, list[Box]] = {}
         """The boxes up each model key is resident on (`_holders`), made until `_until`."""
         self._until = 0.0
+        self._costs: dict[str, dict[str, tuple[float, int]]] = {}
+        """`load_cost` by box name and model key, kept as long as the index, and a box's
+        until an exchange there ends (a reply may be a load, or make a model resident)."""
         for box in self.boxes:
             box.poller.on_ps(self._stale)  # after the box's own listener clears `served`
 
@@ -161,6 +164,7 @@ class Router:
         now = time.monotonic()
         if now >= self._until:
             self._index.clear()
+            self._costs.clear()
             self._up = [b for b in self.boxes if not b.poller.known_down]
             self._until = now + REFRESH
         holders = self._index.get(key)
@@ -228,7 +232,7 @@ class Router:
             mine = box.flight.get(key, 0)
             outlook = seen.get(box.name)
             if box.in_flight == mine and not (outlook is not None and outlook.resident and mine):
-                loadable.append((*load_cost(box, model), box.in_flight, box.index, box))
+                loadable.append((*self._cost(box, model, key), box.in_flight, box.index, box))
         if loadable:
             cost, _, _, _, box = min(loadable, key=lambda r: r[:4])
             last = f", last load {cost:.1f} s" if math.isfinite(cost) else ""
@@ -240,6 +244,15 @@ class Router:
         box = min(listed, key=_rank)
         why = f"{model} listed on {box.name}; every box that lists it is busy"
         return self._plan(box, RouteTier.LISTED, why, notes)
+
+    def _cost(self, box: Box, model: str, key: str) -> tuple[float, int]:
+        costs = self._costs.setdefault(box.name, {})
+        cost = costs.get(key)
+        if cost is None:
+            if len(costs) >= KEYS:
+                costs.clear()
+            cost = costs[key] = load_cost(box, model)
+        return cost
 
     @staticmethod
     def _plan(box: Box, tier: RouteTier, reason: str, notes: list[str]) -> Plan:
@@ -274,6 +287,7 @@ class Router:
         if went is None:
             return
         box, model, key, opts = went
+        self._costs.pop(box.name, None)
         box.in_flight -= 1
         if box.flight.get(key, 0) > 1:
             box.flight[key] -= 1
