@@ -118,7 +118,9 @@ class ReloadGuard:
         """The fields the guard would set for `ex`, parsed, on a runner that these `changes`
         (its reload prediction) say would reload: empty when it would not act. The router
         asks it before the body goes, so that a box whose reload the guard spares counts as
-        one that would not reload (boxes/router.py, tier a)."""
+        one that would not reload (boxes/router.py, tier a). `rewrite` then makes it, unless
+        it cannot place a value for sure (`reload_guard_unsure`, logged: the body goes as it
+        came, and reloads)."""
         options = ex.request.options
         if ex.method != "POST" or ex.endpoint not in ROUTES or options is None:
             return ()

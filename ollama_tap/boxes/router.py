@@ -14,11 +14,12 @@ A box whose last poll failed is skipped (tried last, in order, if every box is d
 go to the box given first in the configuration: the same state routes the same way.
 With `--affinity client`, a client stays on the box it used last while that box is in (a).
 
-What it costs per request (bench/routing.py, 16 boxes): a few attribute reads per box, and
-the reload prediction only where the model is resident, in the order tier (a) ranks those
-boxes, stopping at the first that qualifies. Nothing else is ranked: the boxes after the
-chosen one are ranked again, from the state then, only when it fails before replying
-(`plan(ex, tried)`).
+What it costs per request (bench/routing.py, 16 boxes): a few dict lookups in an index of the
+boxes up and where each model is resident, made when a poll lands (`_holders`), and the
+reload prediction only where the model is resident, in the order tier (a) ranks those boxes,
+stopping at the first that qualifies. The reason names the boxes ranked before the chosen one
+and why each lost. Nothing else is ranked: the next box is chosen, from the state then, only
+when the first fails before replying (`plan(ex, tried)`).
 """
 
 from __future__ import annotations
