@@ -132,7 +132,7 @@ class Tap:
         if self.router is None:
             tapped.ex.box = self.boxes.first.name
         else:
-            tapped.routed = True  # the router decides, from the body (Tap._routed)
+            tapped.route(incoming.headers)  # the router decides, from the body (`_routed`)
         return tapped
 
     async def drive(self, relay: Transport) -> None:

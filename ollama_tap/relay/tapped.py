@@ -105,12 +105,12 @@ class Tapped:
         )
         """The reload guard, when it is on and may rewrite this request's body."""
         self.routed = False
-        """Several boxes (Tap.exchange sets it): the router reads the body's model, so a
+        """Several boxes (`route`): the router reads the body's model, so a
         body that the head says fits the tee is read whole before it is routed, and the
         guard rewrites it once routed (`guard_for`), for that box's runner."""
-        length = incoming.headers.get(hdrs.CONTENT_LENGTH, "")
-        self.length = int(length) if length.isdigit() else None
-        """The body's Content-Length (llhttp framed the body by it), None when chunked."""
+        self.length: int | None = None
+        """With several boxes, the body's Content-Length (llhttp framed the body by it), None
+        when chunked (`route`)."""
         self.parsed = False
         """The whole body was parsed (it is on the Exchange)."""
         self.content = incoming.content
@@ -157,6 +157,12 @@ class Tapped:
             return await self.whole_upload()
         self.streaming = TeedBody(self, content)
         return self.streaming
+
+    def route(self, headers: CIMultiDictProxy[str]) -> None:
+        """Several boxes: the router decides where the request goes, from its body."""
+        self.routed = True
+        length = headers.get(hdrs.CONTENT_LENGTH, "")
+        self.length = int(length) if length.isdigit() else None
 
     def routes_whole(self) -> bool:
         """Whether a body still streaming in is read whole before its exchange is routed:
