@@ -105,9 +105,9 @@ class Tapped:
         )
         """The reload guard, when it is on and may rewrite this request's body."""
         self.routed = False
-        """Several boxes (`route`): the router reads the body's model, so a
-        body that the head says fits the tee is read whole before it is routed, and the
-        guard rewrites it once routed (`guard_for`), for that box's runner."""
+        """Several boxes (`route`): the router reads the body's model, so a body that the
+        head says fits the tee is read whole before it is routed, and the guard rewrites it
+        once routed (`guard_for`), for that box's runner."""
         self.length: int | None = None
         """With several boxes, the body's Content-Length (llhttp framed the body by it), None
         when chunked (`route`)."""
