@@ -193,6 +193,8 @@ def make_app(
     traced = otel.observers if otel is not None else []
     # With several boxes the guard asks the routed box's tracker (relay/tapped.py, guard_for).
     guard = ReloadGuard(loads, registry, labels) if settings.reload_guard else None
+    if guard is not None and boxes.router is not None:
+        boxes.router.spared = guard.spares  # a reload it spares is no reload to the router
     # Hooks orders them by the phase each declares (names, analysis, sinks: hooks.Phase).
     builtin = [
         clients,

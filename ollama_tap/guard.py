@@ -114,6 +114,18 @@ class ReloadGuard:
         ex.reload_guard = Rewrite(model, guarded)
         return sent
 
+    def spares(self, ex: Exchange, changes: list[Change]) -> tuple[GuardedField, ...]:
+        """The fields the guard would set for `ex`, parsed, on a runner that these `changes`
+        (its reload prediction) say would reload: empty when it would not act. The router
+        asks it before the body goes, so that a box whose reload the guard spares counts as
+        one that would not reload (boxes/router.py, tier a). `rewrite` then makes it, unless
+        it cannot place a value for sure (`reload_guard_unsure`, logged: the body goes as it
+        came, and reloads)."""
+        options = ex.request.options
+        if ex.method != "POST" or ex.endpoint not in ROUTES or options is None:
+            return ()
+        return _guarded(changes, options)
+
     def request(self, ex: Exchange) -> None:
         rewrite = ex.reload_guard
         if rewrite is None:

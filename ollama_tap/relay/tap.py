@@ -17,9 +17,9 @@ from typing import Any, Protocol
 import structlog
 from prometheus_client import CollectorRegistry
 
-from ollama_tap.boxes.box import UPSTREAM_HEADER
+from ollama_tap.boxes.box import UPSTREAM_HEADER, Box
 from ollama_tap.boxes.fleet import Boxes
-from ollama_tap.boxes.router import Router, refusal
+from ollama_tap.boxes.router import Plan, Router, refusal
 from ollama_tap.boxes.unions import UNION_ROUTES, UNION_TYPE, NoBoxAnswered
 from ollama_tap.config import Settings
 from ollama_tap.exchange import Outcome
@@ -132,7 +132,7 @@ class Tap:
         if self.router is None:
             tapped.ex.box = self.boxes.first.name
         else:
-            tapped.guard_later = True  # the routed box's runner decides (Tap._routed)
+            tapped.route(incoming.headers)  # the router decides, from the body (`_routed`)
         return tapped
 
     async def drive(self, relay: Transport) -> None:
@@ -211,42 +211,50 @@ class Tap:
             box = router.by_name.get((named or "").strip())
             if box is None:
                 return self._refuse(relay, refusal(named, router))
-            boxes = [box]
-            ex.route = Route(box.name, RouteTier.NAMED, f"{UPSTREAM_HEADER} named {box.name}")
+            plan = Plan(
+                box, Route(box.name, RouteTier.NAMED, f"{UPSTREAM_HEADER} named {box.name}")
+            )
         else:
             if isinstance(data, bytes):
                 tapped.parse_body()  # the model decides the box; the body is at hand
-            plan = router.plan(ex)
-            boxes, ex.route = plan.boxes, plan.route
+            streams = data is not None and not isinstance(data, bytes)
+            first = router.plan(ex, unread=streams)
+            assert first is not None  # nothing tried yet: every box is a candidate
+            plan = first
             if isinstance(data, bytes):
-                data = tapped.guard_for(data, boxes[0].loads)
-        for box in boxes:
+                data = tapped.guard_for(data, plan.box.loads)
+        tried: list[Box] = []
+        while True:
+            box, ex.route = plan.box, plan.route
             relay.aim(box.name)
-            router.going(ex, box)
-            self.boxes.routed[box.name, ex.route.tier.value].inc()
+            router.going(ex, plan)
+            self.boxes.routed[box.name, plan.route.tier.value].inc()
             try:
                 await self._send(relay, data)
             except (ConnectionError, TimeoutError, OSError) as exc:
-                after = boxes[boxes.index(box) + 1 :]
-                if not after or not self._next_box(relay, data, exc):
+                tried.append(box)
+                # The next box, ranked from the state now; a named box has none.
+                go_on = named is None and self._next_box(relay, data, exc)
+                after = router.plan(ex, tried) if go_on else None
+                if after is None:
                     return Report(Fact.UNREACHABLE, error=exc)
                 await relay.drop_attempt()
                 router.gone(ex)
                 ex.box = ""
                 failed = f"{box.name} failed before replying ({exc})"
-                why = f"{ex.route.reason}; {failed}, so {after[0].name}"
-                ex.route = Route(after[0].name, RouteTier.FAILOVER, why)
+                why = f"{plan.route.reason}; {failed}, so {after.box.name}"
+                after.route = Route(after.box.name, RouteTier.FAILOVER, why)
                 log.info(
                     "next_box",
                     id=ex.id,
                     path=ex.path,
                     box=box.name,
-                    to=after[0].name,
+                    to=after.box.name,
                     error=str(exc),
                 )
+                plan = after
                 continue
             return await relay.relay_reply()
-        raise AssertionError("a plan has at least one box")
 
     def _next_box(
         self, relay: Transport, data: bytes | AsyncIterator[bytes] | None, exc: BaseException

@@ -104,9 +104,13 @@ class Tapped:
             else None
         )
         """The reload guard, when it is on and may rewrite this request's body."""
-        self.guard_later = False
-        """Several boxes: the body is rewritten once routed (`guard_for`), for that box's
-        runner; read whole here all the same."""
+        self.routed = False
+        """Several boxes (`route`): the router reads the body's model, so a body that the
+        head says fits the tee is read whole before it is routed, and the guard rewrites it
+        once routed (`guard_for`), for that box's runner."""
+        self.length: int | None = None
+        """With several boxes, the body's Content-Length (llhttp framed the body by it), None
+        when chunked (`route`)."""
         self.parsed = False
         """The whole body was parsed (it is on the Exchange)."""
         self.content = incoming.content
@@ -145,19 +149,33 @@ class Tapped:
             return None
         if content.is_eof():
             data = await content.read()
-            if self.guard is not None and not self.guard_later and len(data) <= self.body_tee_limit:
+            if self.guard is not None and not self.routed and len(data) <= self.body_tee_limit:
                 data = self.guard.rewrite(self.ex, data)
             self.tee_piece(data)
             return data
-        if self.guard is not None:
-            return await self.guarded_upload(self.guard)
+        if self.guard is not None or self.routes_whole():
+            return await self.whole_upload()
         self.streaming = TeedBody(self, content)
         return self.streaming
 
-    async def guarded_upload(self, guard: Guard) -> bytes | AsyncIterator[bytes]:
-        """A body the reload guard may rewrite, streaming in: read whole first (the guard
-        reads the whole object), up to the tee limit; a longer one goes on streaming, as it
-        came, the bytes read so far first."""
+    def route(self, headers: CIMultiDictProxy[str]) -> None:
+        """Several boxes: the router decides where the request goes, from its body."""
+        self.routed = True
+        length = headers.get(hdrs.CONTENT_LENGTH, "")
+        self.length = int(length) if length.isdigit() else None
+
+    def routes_whole(self) -> bool:
+        """Whether a body still streaming in is read whole before its exchange is routed:
+        with several boxes, a teed body whose Content-Length fits the tee (the model is read
+        from the whole object, and Ollama reads the whole body before it acts). A longer
+        body, or a chunked one, streams, routed before its model is known (docs/boxes.md)."""
+        length = self.length
+        return self.routed and self.tee and length is not None and length <= self.body_tee_limit
+
+    async def whole_upload(self) -> bytes | AsyncIterator[bytes]:
+        """A body the reload guard may rewrite, or the router route, streaming in: read whole
+        first (both read the whole object), up to the tee limit; a longer one goes on
+        streaming, as it came, the bytes read so far first."""
         pieces: list[bytes] = []
         size = 0
         async for data in self.content.iter_any():
@@ -168,8 +186,8 @@ class Tapped:
                 self.streaming = TeedBody(self, self.content)
                 return Upload(self.streaming, b"".join(pieces))
         data = b"".join(pieces)
-        if not self.guard_later:
-            data = guard.rewrite(self.ex, data)
+        if self.guard is not None and not self.routed:
+            data = self.guard.rewrite(self.ex, data)
         self.tee_piece(data)
         return data
 

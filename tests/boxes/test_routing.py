@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import orjson
 
 from ollama_tap.app import BOXES
 from ollama_tap.ollama.names import model_key
@@ -161,3 +162,33 @@ async def test_client_affinity_keeps_a_client_on_its_last_resident_box(
                 assert resp.status == 200
             newest = (await records(sticky, written))[0]
             assert (newest["client_name"], newest["box"]) == (client, home), newest["route"]
+
+
+async def test_a_reload_the_guard_spares_keeps_the_resident_box_first(
+    rig: Rig, proxy_factory: MakeProxy
+) -> None:
+    boxes = tuple(f"{n}={f.url}" for n, f in rig.fakes.items())
+    guarded = await proxy_factory(upstream=boxes, reload_guard=True)
+    llama = MODELS[0]
+    async with aiohttp.ClientSession() as s:
+        assert await chat(s, guarded.url, llama, options={"num_ctx": 8192}) == 200
+        home = (await records(guarded, 1))[0]["box"]
+        await eventually(
+            lambda: guarded.app[BOXES].by_name[home].poller.context_length(llama) == 8192
+        )
+        # Without the guard it would load elsewhere (test_a_reload_elsewhere_is_named_…);
+        # with it the request goes where the model is, as 8192, and nothing loads again.
+        assert await chat(s, guarded.url, llama, options={"num_ctx": 4096}) == 200
+    second = (await records(guarded, 2))[0]
+    assert second["box"] == home
+    assert second["route"] == (
+        f"{llama} resident on {home} (num_ctx 8192 kept by the reload guard; "
+        "the request asked num_ctx 4096)"
+    )
+    assert second["reload_guard"] == {
+        "model": llama, "changes": [{"field": "num_ctx", "from": 4096, "to": 8192}],
+    }  # fmt: skip
+    assert rig.loads() == {n: [llama] if n == home else [] for n in rig.fakes}
+    sent = [r for r in rig.fakes[home].received if r.method == "POST"][-1]
+    assert orjson.loads(sent.body)["options"] == {"num_ctx": 8192}
+    assert guarded.sample("ollama_tap_routed_total", {"upstream": home, "tier": "resident"}) == 1
