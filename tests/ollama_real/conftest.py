@@ -10,10 +10,11 @@ fails the tier. Run without them (a bare `pytest`), the tier is skipped, saying 
 tier runs against the Go runner, the part that differs by era or proves the llama-server
 runner works against v0.30.0 too, with the expectation of each release written beside it.
 
-One `ollama serve` per session, on a free port of 127.0.0.1, its store (OLLAMA_MODELS) and
-home in the session's temporary folder; the two models are imported into it with `ollama
-create` from a Modelfile, as a user would. OLLAMA_MAX_LOADED_MODELS=1 so that loading one model
-evicts the other, OLLAMA_NUM_PARALLEL=1 so that two requests to one model queue.
+One `ollama serve` per release and session, on a free port of 127.0.0.1, its store
+(OLLAMA_MODELS) and home in the session's temporary folder; the two models are imported into
+it with `ollama create` from a Modelfile, as a user would. OLLAMA_MAX_LOADED_MODELS=1 so that
+loading one model evicts the other, OLLAMA_NUM_PARALLEL=1 so that two requests to one model
+queue.
 """
 
 from __future__ import annotations
