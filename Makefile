@@ -111,11 +111,12 @@ engine: $(VENV)/.run-deps
 # fails it rather than skipping it.
 ENGINE_ENV = engine_env="$$($(PY) tests/engine/provision.py --env)" && eval "$$engine_env" &&
 
-## ollama: the real Ollama of tests/ollama_real, v0.24.0 built with `go install` (cgo, CPU) into
-## the same cache, a second Gemma GGUF with rewritten metadata (another blob, so another
+## ollama: the real Ollama of tests/ollama_real, v0.24.0 and v0.30.0 built with `go install`
+## (cgo, CPU) into the same cache, v0.30.0 running the engine's llama-server (and its
+## llama-quantize), a second Gemma GGUF with rewritten metadata (another blob, so another
 ## runner) and ollama-js from npm; the Go toolchain must be there, gcc, g++, node and npm are
 ## installed from Debian when missing (tests/ollama_real/provision.py)
-ollama: $(VENV)/.run-deps
+ollama: $(VENV)/.run-deps engine
 	@command -v gcc >/dev/null 2>&1 && command -v g++ >/dev/null 2>&1 \
 	  || { $(APT) update -qq && $(APT) install -y -qq --no-upgrade gcc g++ >/dev/null; }
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 \

@@ -13,6 +13,11 @@ LLAMA_SERVER: Final = (0, 30, 0)
 `shift` and `draft_num_predict` reload a runner, and `num_ctx`/`num_batch` left "auto" on
 both sides never do (against the Go runners' `v0.24.0:sched.go:671-709`)."""
 
+CACHED_COUNTED: Final = (0, 30, 1)
+"""From here `prompt_eval_count` counts the whole prompt again, cached tokens included
+(`llamaServerTimings.promptEvalCount`, ollama/ollama#16428); v0.30.0 reported only the tokens
+llama-server did not find in its cache (`Timings.PromptN`), so a repeated prompt counted 1."""
+
 MLX_CONTEXT: Final = (0, 30, 11)
 """From here /api/ps shows an MLX (safetensors) runner's soft `num_ctx`
 (`x/mlxrunner/client.go` `reportedContextLength`); the runner enforces the model's maximum."""

@@ -18,7 +18,7 @@ from ollama_tap.exchange import Exchange, Usage
 from ollama_tap.facts import TruncationKind, Verdict
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 from ollama_tap.ollama.request import honoured_options, reads_runner_fields
-from ollama_tap.ollama.version import LLAMA_SERVER, Version
+from ollama_tap.ollama.version import CACHED_COUNTED, LLAMA_SERVER, Version
 from ollama_tap.truncation.context import Runtime, slot_context
 
 __all__ = ["Runtime", "Verdict", "judge"]
@@ -128,6 +128,12 @@ def context_gap(ex: Exchange, u: Usage, c: int | None, rt: Runtime) -> Verdict |
     if ex.endpoint != "/api/generate" or not isinstance(context, list):
         return None
     p = u.prompt_eval_count or 0
+    if rt.version is not None and LLAMA_SERVER <= rt.version < CACHED_COUNTED:
+        # v0.30.0: P leaves out the prompt's cached front, so the gap counts it too; what a
+        # cut keeps is C − 1 (D ≤ 0 for a prompt that fit), and without C nothing is known.
+        if c is None:
+            return None
+        p = c - 1
     lost = len(context) - (p + u.eval_count)
     threshold = c // 4 if c else p // 2
     old = rt.version is not None and rt.version < SHIFT_HEADROOM

@@ -95,9 +95,10 @@ def unpack_sources(root: Path) -> Path:
     return sources
 
 
-def build_server(root: Path) -> Path:
-    """llama-server, built unless it is there. `cmake --build` runs even then: it is a no-op
-    on a finished build and finishes an interrupted one."""
+def build_server(root: Path, *also: str) -> Path:
+    """llama-server, built unless it is there, and the other targets `also` names (the
+    real-Ollama tier's `llama-quantize`). `cmake --build` runs even then: it is a no-op on a
+    finished build and finishes an interrupted one."""
     missing = [tool for tool in ("cmake", "c++") if shutil.which(tool) is None]
     if missing:
         raise SystemExit(f"engine: {' and '.join(missing)} not found: `make engine` installs them")
@@ -107,7 +108,7 @@ def build_server(root: Path) -> Path:
         STEPS.run("cmake", "-S", ".", "-B", "build", *CMAKE_FLAGS, cwd=sources)
     jobs = str(os.cpu_count() or 2)
     STEPS.run(
-        "cmake", "--build", "build", "--target", "llama-server", "-j", jobs,
+        "cmake", "--build", "build", "--target", "llama-server", *also, "-j", jobs,
         cwd=sources, env=build_env(),
     )  # fmt: skip
     server = server_path(root)

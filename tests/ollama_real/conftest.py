@@ -1,14 +1,20 @@
 """The real-Ollama tier: Ollama itself, built from its Go module, two Gemma 3 270M models in it.
 
-`make unit` builds or reuses Ollama (tests/ollama_real/provision.py) and names its binary, the
-two GGUFs and ollama-js in OLLAMA_TAP_TEST_OLLAMA, OLLAMA_TAP_TEST_GGUF,
+`make unit` builds or reuses Ollama (tests/ollama_real/provision.py) and names its binaries
+(v0.24.0, the Go runner's era, and v0.30.0, llama-server's), the two GGUFs and ollama-js in
+OLLAMA_TAP_TEST_OLLAMA, OLLAMA_TAP_TEST_OLLAMA_CURRENT, OLLAMA_TAP_TEST_GGUF,
 OLLAMA_TAP_TEST_GGUF_SECOND and OLLAMA_TAP_TEST_OLLAMA_JS; with those set, a missing build
 fails the tier. Run without them (a bare `pytest`), the tier is skipped, saying so.
 
-One `ollama serve` per session, on a free port of 127.0.0.1, its store (OLLAMA_MODELS) and
-home in the session's temporary folder; the two models are imported into it with `ollama
-create` from a Modelfile, as a user would. OLLAMA_MAX_LOADED_MODELS=1 so that loading one model
-evicts the other, OLLAMA_NUM_PARALLEL=1 so that two requests to one model queue.
+`real_ollama` is v0.24.0 unless a test asks for both releases (`BOTH_RELEASES`): the whole
+tier runs against the Go runner, the part that differs by era or proves the llama-server
+runner works against v0.30.0 too, with the expectation of each release written beside it.
+
+One `ollama serve` per release and session, on a free port of 127.0.0.1, its store
+(OLLAMA_MODELS) and home in the session's temporary folder; the two models are imported into
+it with `ollama create` from a Modelfile, as a user would. OLLAMA_MAX_LOADED_MODELS=1 so that
+loading one model evicts the other, OLLAMA_NUM_PARALLEL=1 so that two requests to one model
+queue.
 """
 
 from __future__ import annotations
@@ -28,14 +34,23 @@ import orjson
 import pytest
 
 from tests.conftest import MakeProxy, Proxy
-from tests.ollama_real.provision import GGUF_VAR, JS_VAR, OLLAMA_VAR, SECOND_VAR
+from tests.ollama_real.provision import (
+    CURRENT,
+    CURRENT_VAR,
+    GGUF_VAR,
+    JS_VAR,
+    OLLAMA,
+    OLLAMA_VAR,
+    SECOND_VAR,
+    runner_dir,
+)
 from tests.support.child_server import child_server
 from tests.support.serve_process import ADMIN_TOKEN, free_port
 
 # Read at import: the suite's isolation fixture clears every OLLAMA_TAP_* variable per test.
-_OLLAMA, _GGUF, _SECOND, _JS = (
-    os.environ.get(v) for v in (OLLAMA_VAR, GGUF_VAR, SECOND_VAR, JS_VAR)
-)
+_GGUF, _SECOND, _JS = (os.environ.get(v) for v in (GGUF_VAR, SECOND_VAR, JS_VAR))
+_BINARIES: Final = {OLLAMA: os.environ.get(OLLAMA_VAR), CURRENT: os.environ.get(CURRENT_VAR)}
+_VARS: Final = {OLLAMA: OLLAMA_VAR, CURRENT: CURRENT_VAR}
 
 MODEL: Final = "gemma3:270m"
 """The first model: the GGUF as assembled."""
@@ -45,15 +60,24 @@ GREEDY: Final = {"temperature": 0, "seed": 7, "num_predict": 12}
 """Options that make a reply the same every time it is asked."""
 AUTH: Final = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
+BOTH_RELEASES: Final = pytest.mark.parametrize("real_ollama", [OLLAMA, CURRENT], indirect=True)
+"""A test that runs against v0.24.0 and v0.30.0 (one session's `ollama serve` each)."""
+
 
 @dataclass(frozen=True)
 class Ollama:
-    """A running `ollama serve`: its URL, binary, environment and log."""
+    """A running `ollama serve`: its URL, binary, environment, log and release."""
 
     url: str
     binary: Path
     env: dict[str, str]
     log: Path
+    version: str = OLLAMA
+
+    @property
+    def llama_server(self) -> bool:
+        """Whether this release runs llama.cpp's llama-server (0.30.0 on), not the Go runner."""
+        return self.version != OLLAMA
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """The `ollama` command line against this server."""
@@ -110,16 +134,22 @@ async def call(
         return Reply(resp.status, dict(resp.headers), await resp.read())
 
 
-def _paths() -> tuple[Path, Path, Path]:
-    if not (_OLLAMA and _GGUF and _SECOND):
+def _paths(version: str = OLLAMA) -> tuple[Path, Path, Path]:
+    """The binary of `version` and the two GGUFs; for v0.30.0 its runner folder too."""
+    binary, var = _BINARIES[version], _VARS[version]
+    if not (binary and _GGUF and _SECOND):
         pytest.skip(
-            f"the real-Ollama tier needs {OLLAMA_VAR}, {GGUF_VAR} and {SECOND_VAR}: `make unit "
+            f"the real-Ollama tier needs {var}, {GGUF_VAR} and {SECOND_VAR}: `make unit "
             "ARGS=tests/ollama_real` builds Ollama (once) and sets them"
         )
-    paths = Path(_OLLAMA), Path(_GGUF), Path(_SECOND)
-    for path in paths:
+    paths = Path(binary), Path(_GGUF), Path(_SECOND)
+    needed = [*paths]
+    if version != OLLAMA:
+        lib = runner_dir(paths[0])
+        needed += [lib / "llama-server", lib / "llama-quantize"]
+    for path in needed:
         if not path.is_file():
-            pytest.fail(f"{path} is missing: `make ollama` builds it ({OLLAMA_VAR}, {SECOND_VAR})")
+            pytest.fail(f"{path} is missing: `make ollama` builds it ({var}, {SECOND_VAR})")
     return paths
 
 
@@ -144,10 +174,13 @@ def _create(server: Ollama, name: str, gguf: Path, folder: Path) -> None:
 
 
 @contextmanager
-def ollama_serve(binary: Path, home: Path, **settings: str) -> Iterator[Ollama]:
-    """`ollama serve` on a free port of 127.0.0.1 until the block ends, its key pair
-    (~/.ollama), model store and log in `home`; `settings` are OLLAMA_* variables on top of
-    the defaults (none but the host and the store: Ollama's own)."""
+def ollama_serve(
+    binary: Path, home: Path, *, version: str = OLLAMA, **settings: str
+) -> Iterator[Ollama]:
+    """`ollama serve` (the binary of release `version`) on a free port of 127.0.0.1 until the
+    block ends, its key pair (~/.ollama), model store and log in `home`; `settings` are
+    OLLAMA_* variables on top of the defaults (none but the host and the store: Ollama's
+    own)."""
     port = free_port()
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -158,17 +191,26 @@ def ollama_serve(binary: Path, home: Path, **settings: str) -> Iterator[Ollama]:
     }
     url, log = f"http://127.0.0.1:{port}", home / "serve.log"
     with child_server("ollama serve", [str(binary), "serve"], url + "/api/version", log, env=env):
-        yield Ollama(url, binary, env, log)
+        yield Ollama(url, binary, env, log, version)
 
 
-@pytest.fixture(scope="session")
-def real_ollama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ollama]:
-    """One `ollama serve` for the session, both models imported. Two threads (the machine's
-    cores), keep_alive 5 m by default as Ollama ships, no pruning of blobs at start."""
-    binary, first, second = _paths()
-    home = tmp_path_factory.mktemp("ollama")
-    scheduler = {"OLLAMA_MAX_LOADED_MODELS": "1", "OLLAMA_NUM_PARALLEL": "1"}
-    with ollama_serve(binary, home, OLLAMA_NOPRUNE="1", **scheduler) as server:
+@pytest.fixture(scope="session", params=[OLLAMA])
+def real_ollama(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Ollama]:
+    """One `ollama serve` per release for the session (v0.24.0 unless the test parametrises
+    it, `BOTH_RELEASES`), both models imported. Two threads (the machine's cores), keep_alive
+    5 m by default as Ollama ships, no pruning of blobs at start."""
+    version: str = request.param
+    binary, first, second = _paths(version)
+    home = tmp_path_factory.mktemp(f"ollama-{version}")
+    settings = {"OLLAMA_MAX_LOADED_MODELS": "1", "OLLAMA_NUM_PARALLEL": "1", "OLLAMA_NOPRUNE": "1"}
+    if version != OLLAMA:
+        # llama-server (which inherits Ollama's environment) is built with OpenMP, whose
+        # threads spin while they wait: on a shared 2-core box one descheduled thread leaves
+        # the other spinning, and Gemma 270M decoded 12 tokens in 5-8 s instead of 0.5-0.8 s.
+        settings["OMP_WAIT_POLICY"] = "passive"
+    with ollama_serve(binary, home, version=version, **settings) as server:
         _create(server, MODEL, first, home)
         _create(server, SECOND, second, home)
         yield server

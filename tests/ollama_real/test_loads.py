@@ -17,7 +17,7 @@ import pytest
 
 from ollama_tap.app import LOADS
 from tests.conftest import MakeProxy, Proxy
-from tests.ollama_real.conftest import AUTH, MODEL, SECOND, Ollama, call
+from tests.ollama_real.conftest import AUTH, BOTH_RELEASES, MODEL, SECOND, Ollama, call
 from tests.support.waiting import eventually
 
 WITHIN = 60.0
@@ -73,15 +73,20 @@ async def gone(real_ollama: Ollama, model: str) -> None:
     raise AssertionError(f"{model} still resident after {WITHIN:g} s")
 
 
+@BOTH_RELEASES
 async def test_a_first_load_is_named_with_its_client(tapped: Proxy, real_ollama: Ollama) -> None:
     await generate(tapped, MODEL, "alice")
     event = await load_event(tapped, MODEL, "first_load")
     assert event["client"] == "alice" and event["endpoint"] == "/api/generate"
 
 
+@BOTH_RELEASES
 async def test_a_new_num_ctx_reloads_with_options_changed(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
+    """On both eras: 0.24's `needsReload` and 0.30's (which compares more fields, `shift`
+    and `draft_num_predict` among them) both reload for a new num_ctx, and for nothing else
+    these two requests differ in."""
     await generate(tapped, MODEL, "alice")
     await load_event(tapped, MODEL, "first_load")
     await generate(tapped, MODEL, "bob", options={"num_ctx": 2048, "num_predict": 2})

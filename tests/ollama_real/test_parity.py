@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import pytest
 
-from tests.ollama_real.conftest import GREEDY, MODEL, Ollama, call
+from tests.ollama_real.conftest import BOTH_RELEASES, GREEDY, MODEL, Ollama, call
 from tests.support.fake_ollama import FakeOllama
 
 FAKE_MODEL: Final = "llama3.2"
@@ -68,6 +68,7 @@ async def test_tags_entries_have_the_real_fields(
     assert shape(faked.json()["models"][0]) == shape(really.json()["models"][0])
 
 
+@BOTH_RELEASES
 async def test_ps_rows_have_the_real_fields(fake_ollama: FakeOllama, real_ollama: Ollama) -> None:
     await both(fake_ollama, real_ollama, "POST", "/api/generate", {"model": MODEL})  # loaded
     faked, really = await both(fake_ollama, real_ollama, "GET", "/api/ps", None)
@@ -103,6 +104,7 @@ async def test_show_has_the_real_fields(
         await call(real_ollama.url, "DELETE", "/api/delete", {"model": "parity"})
 
 
+@BOTH_RELEASES
 async def test_show_leaves_out_what_a_bare_gguf_lacks(
     fake_ollama: FakeOllama, real_ollama: Ollama
 ) -> None:

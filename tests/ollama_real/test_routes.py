@@ -15,7 +15,15 @@ from typing import Any, Final
 import pytest
 
 from tests.conftest import Proxy
-from tests.ollama_real.conftest import GREEDY, MODEL, SECOND, Ollama, Reply, call
+from tests.ollama_real.conftest import (
+    BOTH_RELEASES,
+    GREEDY,
+    MODEL,
+    SECOND,
+    Ollama,
+    Reply,
+    call,
+)
 
 # What two runs of one request may differ in: the clocks and durations of the final object,
 # and the random ids of the compatibility routes. The proxy must not touch anything else.
@@ -28,9 +36,7 @@ _DIGEST: Final = re.compile(rb"sha256:[0-9a-f]{64}")
 
 CHAT: Final = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
-ROUTES: Final[list[tuple[str, str, Any]]] = [
-    ("GET", "/api/version", None),
-    ("GET", "/api/tags", None),
+NATIVE: Final[list[tuple[str, str, Any]]] = [
     ("POST", "/api/show", {"model": MODEL}),
     ("POST", "/api/show", {"model": MODEL, "verbose": True}),
     ("POST", "/api/generate", {"model": MODEL, "prompt": "The sky is", "options": GREEDY}),
@@ -41,6 +47,12 @@ ROUTES: Final[list[tuple[str, str, Any]]] = [
     ),
     ("POST", "/api/chat", {"model": MODEL, "messages": CHAT, "options": GREEDY}),
     ("POST", "/api/chat", {"model": MODEL, "messages": CHAT, "options": GREEDY, "stream": False}),
+]
+"""The routes whose server side changed with llama-server (0.30.0): run against both eras."""
+
+ROUTES: Final[list[tuple[str, str, Any]]] = [
+    ("GET", "/api/version", None),
+    ("GET", "/api/tags", None),
     ("POST", "/api/embed", {"model": MODEL, "input": ["a red fox", "a blue whale"]}),
     ("POST", "/api/embeddings", {"model": MODEL, "prompt": "a red fox"}),
     ("POST", "/api/generate", {"model": "no-such-model", "prompt": "hi"}),
@@ -85,7 +97,11 @@ def masked(reply: Reply) -> tuple[int, str | None, bytes]:
     return reply.status, reply.headers.get("Content-Type"), _VOLATILE.sub(b"~", reply.body)
 
 
-@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+def _ids(routes: list[tuple[str, str, Any]]) -> list[str]:
+    return [f"{method} {path}" for method, path, _ in routes]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=_ids(ROUTES))
 async def test_a_route_through_the_proxy_is_the_route_direct(
     tapped: Proxy, real_ollama: Ollama, method: str, path: str, body: Any
 ) -> None:
@@ -94,12 +110,38 @@ async def test_a_route_through_the_proxy_is_the_route_direct(
     assert masked(proxied) == masked(direct)
 
 
+@BOTH_RELEASES
+@pytest.mark.parametrize(("method", "path", "body"), NATIVE, ids=_ids(NATIVE))
+async def test_a_native_route_through_the_proxy_is_the_route_direct(
+    tapped: Proxy, real_ollama: Ollama, method: str, path: str, body: Any
+) -> None:
+    """On both eras. The request is sent direct once first: v0.30.0's `prompt_eval_count` is
+    only the tokens llama-server did not find in its slot's cache (`Timings.PromptN`; v0.30.1
+    adds `cache_n` back, ollama/ollama#16428), so the compared pair must find the same cache.
+    (A prompt as short as the generate one is re-processed whole: Gemma 3's sliding window
+    leaves llama-server no cache checkpoint to resume from.)"""
+    await call(real_ollama.url, method, path, body)
+    direct = await call(real_ollama.url, method, path, body)
+    proxied = await call(tapped.url, method, path, body)
+    assert masked(proxied) == masked(direct)
+    if path == "/api/generate" and body.get("stream") is False:
+        final = direct.json()
+        assert final["context"], "both eras return the context of a /api/generate reply"
+        assert final["prompt_eval_count"] == 4  # <bos>, "The", " sky", " is"
+
+
+@BOTH_RELEASES
 async def test_ps_through_the_proxy_is_ps_direct(tapped: Proxy, real_ollama: Ollama) -> None:
+    """The row of a model loaded without num_ctx: the default context is 4096 on both eras
+    on a CPU (from v0.15.5 by total VRAM, under 23 GiB 4096), the model on the CPU
+    (`size_vram` 0)."""
+    await real_ollama.unload_all()
     loading = {"model": MODEL, "prompt": "hi", "options": GREEDY}
     await call(real_ollama.url, "POST", "/api/generate", loading)
     direct = await call(real_ollama.url, "GET", "/api/ps")
     proxied = await call(tapped.url, "GET", "/api/ps")
-    assert [row["name"] for row in direct.json()["models"]] == [MODEL]
+    [row] = direct.json()["models"]
+    assert (row["name"], row["context_length"], row["size_vram"]) == (MODEL, 4096, 0)
     assert masked(proxied) == masked(direct)
 
 

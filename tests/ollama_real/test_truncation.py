@@ -1,9 +1,10 @@
 """Truncation as a real Ollama does it, and the verdicts the proxy gives.
 
 Ollama 0.24's Go runner cuts an over-long prompt to exactly C tokens (`num_keep` kept, the
-front of the rest dropped: runner/ollamarunner/runner.go `NewSequence`); `/api/generate`'s
-`context` is tokenized from the whole prompt, so the gap tells how many were lost; an
-embedding input that fails is cut to C less its special tokens and embedded again.
+front of the rest dropped: runner/ollamarunner/runner.go `NewSequence`); v0.30.0 cuts it to
+C − 1 before llama-server sees it (llm/llama_server.go `completionPromptForRequest`: "keep
+one token of headroom"). `/api/generate`'s `context` is tokenized from the whole prompt, so
+the gap tells how many were lost. The proxy picks the era's rules from /api/version.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import random
 from typing import Any, Final
 
+import orjson
+
 from tests.conftest import Proxy
-from tests.ollama_real.conftest import MODEL, Ollama, call
+from tests.ollama_real.conftest import BOTH_RELEASES, MODEL, Ollama, call
 from tests.support.metrics import settled
 from tests.support.records import records
 
@@ -38,52 +41,97 @@ async def verdict(proxy: Proxy) -> dict[str, Any] | None:
     return found
 
 
+def kept(server: Ollama) -> int:
+    """What a cut prompt keeps: C on the Go runner (0.24), C − 1 on v0.30.0."""
+    return C - 1 if server.llama_server else C
+
+
+async def fresh_slot(server: Ollama) -> None:
+    """On v0.30.0, a runner whose cache holds nothing yet: its `prompt_eval_count` is only
+    the tokens llama-server did not find cached (`Timings.PromptN`, until v0.30.1), so a
+    prompt sharing even its BOS with the previous one reports one token less than it kept.
+    The Go runner counts the whole prompt either way."""
+    if server.llama_server:
+        await server.unload_all()
+
+
+@BOTH_RELEASES
 async def test_a_generate_prompt_over_c_loses_its_front_and_t2_counts_it(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
+    await fresh_slot(real_ollama)
     body = {
         "model": MODEL, "prompt": LONG, "stream": False,
         "options": {"num_ctx": C, "num_predict": 4, "temperature": 0},
     }  # fmt: skip
     reply = (await call(tapped.url, "POST", "/api/generate", body)).json()
-    assert reply["prompt_eval_count"] == C  # the Go runner keeps exactly C
+    assert reply["prompt_eval_count"] == kept(real_ollama)
     lost = len(reply["context"]) - (reply["prompt_eval_count"] + reply["eval_count"])
     assert lost > C // 4
     found = await verdict(tapped)
     assert found is not None
     assert (found["rule"], found["kind"], found["context"]) == ("T2", "prompt_truncated", C)
-    assert found["tokens_lost"] == lost and found["prompt_tokens"] == C
+    assert found["tokens_lost"] == lost and found["prompt_tokens"] == kept(real_ollama)
 
 
-async def test_a_chat_prompt_over_c_is_cut_to_c_and_t1_says_so(
+@BOTH_RELEASES
+async def test_a_chat_prompt_over_c_is_cut_or_refused_and_the_verdict_says_which(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
+    """0.24 cuts the chat to C (T1). v0.30.0 renders a chat for a model without a Go
+    template (this GGUF has none) in llama-server (`--chat-template chatml`), so Ollama's
+    token cut, made on completion prompts only, never runs: llama-server refuses the whole
+    prompt, and Ollama answers 400 with llama-server's JSON error body as its `error` string
+    (streamed or not; T3, with the count llama-server gives)."""
+    await fresh_slot(real_ollama)
     body = {
         "model": MODEL, "messages": [{"role": "user", "content": LONG}], "stream": False,
         "options": {"num_ctx": C, "num_predict": 4, "temperature": 0},
     }  # fmt: skip
-    reply = (await call(tapped.url, "POST", "/api/chat", body)).json()
-    assert reply["prompt_eval_count"] == C
+    reply = await call(tapped.url, "POST", "/api/chat", body)
     found = await verdict(tapped)
     assert found is not None
-    assert (found["rule"], found["kind"], found["context"]) == ("T1", "prompt_truncated", C)
+    if real_ollama.llama_server:
+        error = orjson.loads(reply.json()["error"])["error"]
+        assert (reply.status, error["type"], error["n_ctx"]) == (
+            400,
+            "exceed_context_size_error",
+            C,
+        )
+        assert (found["rule"], found["kind"], found["context"]) == ("T3", "refused", C)
+        assert found["prompt_tokens"] == error["n_prompt_tokens"] > C
+    else:
+        assert reply.status == 200 and reply.json()["prompt_eval_count"] == C
+        assert (found["rule"], found["kind"], found["context"]) == ("T1", "prompt_truncated", C)
 
 
-async def test_gemma_embeds_nothing_on_0_24_and_no_verdict_is_given(
+@BOTH_RELEASES
+async def test_a_repeated_prompt_that_fits_gets_no_verdict(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
-    """Ollama 0.24's Go engine has no pooling for Gemma 3, so /api/embed answers 501 whatever
-    the input: the T9 cut cannot be shown with this model (the fake still covers it), and
-    the proxy must relay the refusal without calling it a truncation."""
-    body = {"model": MODEL, "input": LONG, "options": {"num_ctx": C}}
-    reply = await call(tapped.url, "POST", "/api/embed", body)
-    assert (reply.status, reply.json()) == (
-        501,
-        {"error": "this model does not support embeddings"},
-    )
-    assert await verdict(tapped) is None
+    """The same /api/generate prompt twice, well within C: no verdict on either era. On
+    v0.30.0 the second finds its front in llama-server's cache and reports only the rest as
+    `prompt_eval_count`, while its `context` still holds the whole prompt: a gap T2 read as
+    a cut until the rule learnt that v0.30.0's count leaves the cache out."""
+    await fresh_slot(real_ollama)
+    prompt = " ".join(f"item{i}" for i in range(60))
+    body = {
+        "model": MODEL, "prompt": prompt, "stream": False,
+        "options": {"num_ctx": C, "num_predict": 2, "temperature": 0},
+    }  # fmt: skip
+    replies = [(await call(tapped.url, "POST", "/api/generate", body)).json() for _ in range(2)]
+    first, again = (r["prompt_eval_count"] for r in replies)
+    whole = len(replies[0]["context"]) - replies[0]["eval_count"]
+    assert first in (whole, whole + 1)  # with or without BOS
+    if real_ollama.llama_server:
+        assert again < first // 4  # measured: 5 of 171
+    else:
+        assert again == first
+    await settled(tapped)
+    assert [r["truncation"] for r in await records(tapped, 2)] == [None, None]
 
 
+@BOTH_RELEASES
 async def test_truncate_false_is_refused_and_t3_says_so(tapped: Proxy, real_ollama: Ollama) -> None:
     body = {
         "model": MODEL, "prompt": LONG, "stream": False, "truncate": False,

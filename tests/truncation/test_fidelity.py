@@ -250,6 +250,31 @@ def test_8_t2_by_version(
     assert (verdict.rule if verdict else None) == rule
 
 
+@pytest.mark.parametrize(
+    ("p", "whole", "rule"),
+    [
+        (4095, 4135, "T2"),  # a cut to C − 1, nothing cached: 40 lost
+        (6, 4135, "T2"),  # the same prompt again, its front found in llama-server's cache
+        (5, 1700, None),  # a prompt that fit, its front cached: the gap is no loss
+        (1700, 1700, None),
+    ],
+)
+def test_t2_on_0_30_0_whose_prompt_count_leaves_out_the_cache(
+    p: int, whole: int, rule: str | None
+) -> None:
+    """Measured on the real v0.30.0 (tests/ollama_real/test_truncation.py): a repeated
+    170-token prompt reported prompt_eval_count 5, and T2 read its 165 cached tokens as lost.
+    The count is the cut's, C − 1, whatever was cached; from v0.30.1 P is whole again."""
+    ex = finished("/api/generate", p=p, final={"context": list(range(whole + 5))})
+    verdict = judge(ex, Runtime(4096, (0, 30, 0)))
+    assert (verdict.rule if verdict else None) == rule
+    if verdict is not None:
+        assert (verdict.tokens_lost, verdict.prompt_tokens) == (whole - 4095, 4095)
+    assert judge(ex, Runtime(None, (0, 30, 0))) is None  # without C, P tells nothing
+    cached = finished("/api/generate", p=5, final={"context": list(range(1700 + 5))})
+    assert judge(cached, Runtime(4096, (0, 30, 1))) is not None  # P whole again: 5 is a cut
+
+
 def test_11_a_source_build_runs_the_current_rules() -> None:
     version = parse_version("0.0.0")
     assert version is None
