@@ -97,8 +97,11 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         "--no-repack",
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+    # This llama-server is built with OpenMP, whose threads spin while they wait: on a shared
+    # 2-core box they take the cores the proxy and the test need (as with Ollama 0.30's).
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive"}
     # /health answers 503 while the model loads, 200 once it serves.
-    with child_server("llama-server", command, url + "/health", log, within=120, grace=10):
+    with child_server("llama-server", command, url + "/health", log, env=env, within=120, grace=10):
         yield Engine(url, gguf, log)
 
 
