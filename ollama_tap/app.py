@@ -185,7 +185,7 @@ def make_app(
     metrics = [MetricsObserver(registry, labels, state, boxes.counted)] if settings.metrics else []
     if metrics:
         clients.on_free(metrics[0].m.forget_client)
-        inflight_metrics.register(registry, inflight)
+        inflight_metrics.register(registry, inflight, boxed=boxes.counted is not None)
         registry.register(FrontCounts(app))
     labels.on_free(lambda model: inflight.forget("model", model))
     clients.on_free(lambda client: inflight.forget("client", client))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 
 import aiohttp
@@ -17,6 +18,7 @@ from tests.boxes.conftest import MODELS, NAMES, Rig
 from tests.conftest import Proxy
 from tests.support.metrics import settled, upstream_polled
 from tests.support.samples import sample_value
+from tests.support.waiting import eventually
 
 SENT = {"gpu1": 1, "gpu2": 2, "gpu3": 3}
 """Chats sent to each box: unequal, so a count under the wrong box cannot add up."""
@@ -129,3 +131,33 @@ def test_a_request_sent_on_to_the_next_box_moves_its_in_flight_count() -> None:
         for box, registry in boxes.items()
     }
     assert counted == {"gpu1": None, "gpu2": 1.0, "": None}
+
+
+async def test_who_waits_is_counted_on_its_box(rig: Rig) -> None:
+    """Two chats held in gpu2's prefill: `requests_waiting` and `oldest_wait_seconds` say
+    so under `upstream="gpu2"`, and a box nobody waits on shows none; both series stay, at
+    0, once the chats are answered."""
+    rig.fakes["gpu2"].script.prefill_delay = 1.0
+    body = {"model": MODELS[2], "messages": [{"role": "user", "content": "hi"}], "stream": False}
+    headers = {"X-Ollama-Tap-Upstream": "gpu2"}
+
+    async def chat(s: aiohttp.ClientSession) -> None:
+        async with s.post(rig.proxy.url + "/api/chat", json=body, headers=headers) as r:
+            assert r.status == 200, await r.text()
+
+    async with aiohttp.ClientSession() as s:
+        chats = [asyncio.create_task(chat(s)) for _ in range(2)]
+        model = {"model": MODELS[2]}
+        await eventually(
+            lambda: (
+                rig.proxy.sample("ollama_tap_requests_waiting", {**model, "upstream": "gpu2"}) == 2
+            )
+        )
+        _, found = await scrape(rig.proxy)
+        assert by_box(found, "ollama_tap_requests_waiting", **model) == {"gpu2": 2.0}
+        assert by_box(found, "ollama_tap_oldest_wait_seconds", **model)["gpu2"] > 0
+        await asyncio.gather(*chats)
+    await settled(rig.proxy)
+    _, found = await scrape(rig.proxy)
+    assert by_box(found, "ollama_tap_requests_waiting", **model) == {"gpu2": 0.0}
+    assert by_box(found, "ollama_tap_oldest_wait_seconds", **model) == {"gpu2": 0.0}
