@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from ollama_tap.boxes.shown import ShownModels
 from ollama_tap.boxes.spec import DEFAULT_BOX, BoxSpec
 from ollama_tap.config import Settings
+from ollama_tap.facts import NO_FACTS, Standing
 from ollama_tap.metrics.registered import UpstreamMetrics
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.names import model_key, valid_key
@@ -159,23 +160,24 @@ class UpstreamPoller:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
         self._ps_listeners.append(listener)
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
-        """The family, the training context, whether it is a vision model and its
-        Modelfile's num_keep, per its /api/show ("", None, False, None when not shown)."""
+    def standing(self, model: str | None) -> Standing:
+        """What the poller knows of a model, in one lookup: its digest (as `digest_of`), its
+        /api/show facts, its /api/ps context and format, and the version (asked once per
+        exchange: Exchange.standing)."""
         valid = valid_key(model) if isinstance(model, str) else None
-        local = self._tags.get(valid[0]) if valid is not None else None
-        if valid is None or local is None:
-            return "", None, False, None
-        return self.shown.facts(valid[0], local)
+        if valid is None:
+            return Standing(None, NO_FACTS, self._version)
+        local = self._tags.get(valid[0])
+        entry = self._entry(valid[0], local)
+        facts = self.shown.facts(valid[0], local) if local is not None else NO_FACTS
+        if entry is None:
+            return Standing(local.digest or None if local else None, facts, self._version)
+        digest = (local.digest if local is not None else None) or entry.digest or None
+        return Standing(digest, facts, self._version, entry.context_length, entry.format)
 
     def runner_key(self, digest: str | None) -> str | None:
         """A digest's runner key (ShownModels.runner_key)."""
         return self.shown.runner_key(digest)
-
-    def loaded_format(self, model: str | None) -> str:
-        """The loaded model's `details.format` per /api/ps ("gguf", "safetensors" for MLX)."""
-        entry = self._loaded_entry(model)
-        return "" if entry is None else entry.format
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None:
         """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx; call
@@ -327,10 +329,12 @@ class UpstreamPoller:
         runners by blob, so `llama3.2:3b` runs in the runner /api/ps lists as
         `llama3.2:latest` when both name one digest."""
         valid = valid_key(model) if isinstance(model, str) else None
-        if valid is None or self._loaded is None:
+        return None if valid is None else self._entry(valid[0], self._tags.get(valid[0]))
+
+    def _entry(self, key: str, local: LocalModel | None) -> LoadedModel | None:
+        if self._loaded is None:
             return None
-        entry = self._loaded.get(valid[0])
-        local = self._tags.get(valid[0])
+        entry = self._loaded.get(key)
         if entry is None and local is not None and local.digest:
             entry = next((e for e in self._loaded.values() if e.digest == local.digest), None)
         return entry
