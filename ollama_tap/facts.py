@@ -65,22 +65,17 @@ NO_FACTS: ModelFactsRow = ("", None, False, None)
 
 @dataclass(frozen=True, slots=True)
 class Standing:
-    """What one box's poller knew of an exchange's model when the exchange was analysed
-    (`UpstreamPoller.standing`, one lookup): the load tracker reads it at `request`, the
-    truncation rules at `response`. The /api/ps part is as of the request: the rules use
-    it only for a runner that was resident then and did not (re)load for the request
-    (ollama_tap/truncation/context.py `runtime_context`), which is the row a later read
-    would show."""
+    """What one box's poller knew of an exchange's model beyond /api/ps when the exchange
+    was analysed (`UpstreamPoller.standing`, one lookup): the load tracker reads it at
+    `request`, the truncation rules at `response`. Not the /api/ps row: a read between the
+    request and its end may list a runner an earlier request loaded, and the rules judge by
+    the row as the end finds it."""
 
     digest: str | None
     """The manifest digest per /api/tags (else /api/ps); None while unknown."""
     facts: ModelFactsRow
     version: str | None
     """Ollama's version per /api/version; None before the first read."""
-    context: int | None = None
-    """The loaded runner's num_ctx per /api/ps; None when not listed."""
-    format: str = ""
-    """The loaded model's `details.format` per /api/ps ("gguf"; "safetensors" for MLX)."""
 
 
 class LoadRole(enum.StrEnum):

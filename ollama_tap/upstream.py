@@ -123,7 +123,7 @@ class UpstreamPoller:
 
     def context_length(self, model: str | None) -> int | None:
         """The runtime context (num_ctx) of a loaded model per the last /api/ps, else None."""
-        entry = self._loaded_entry(model)
+        entry = self.loaded(model)
         return None if entry is None else entry.context_length
 
     def digest_of(self, model: str | None) -> str | None:
@@ -134,7 +134,7 @@ class UpstreamPoller:
         local = self._tags.get(valid[0])
         if local is not None and local.digest:
             return local.digest
-        entry = self._loaded_entry(model)
+        entry = self.loaded(model)
         return entry.digest if entry is not None and entry.digest else None
 
     def has(self, key: str) -> bool:
@@ -161,19 +161,15 @@ class UpstreamPoller:
         self._ps_listeners.append(listener)
 
     def standing(self, model: str | None) -> Standing:
-        """What the poller knows of a model, in one lookup: its digest (as `digest_of`), its
-        /api/show facts, its /api/ps context and format, and the version (asked once per
-        exchange: Exchange.standing)."""
+        """What the poller knows of a model beyond /api/ps, in one lookup: its digest (as
+        `digest_of`), its /api/show facts and the version (asked once per exchange:
+        Exchange.standing)."""
         valid = valid_key(model) if isinstance(model, str) else None
-        if valid is None:
-            return Standing(None, NO_FACTS, self._version)
-        local = self._tags.get(valid[0])
-        entry = self._entry(valid[0], local)
-        facts = self.shown.facts(valid[0], local) if local is not None else NO_FACTS
-        if entry is None:
-            return Standing(local.digest or None if local else None, facts, self._version)
-        digest = (local.digest if local is not None else None) or entry.digest or None
-        return Standing(digest, facts, self._version, entry.context_length, entry.format)
+        local = self._tags.get(valid[0]) if valid is not None else None
+        if valid is None or local is None:
+            return Standing(self.digest_of(model), NO_FACTS, self._version)
+        digest = local.digest or self.digest_of(model)
+        return Standing(digest, self.shown.facts(valid[0], local), self._version)
 
     def runner_key(self, digest: str | None) -> str | None:
         """A digest's runner key (ShownModels.runner_key)."""
@@ -324,17 +320,15 @@ class UpstreamPoller:
             return None
         return shown_facts(data)
 
-    def _loaded_entry(self, model: str | None) -> LoadedModel | None:
+    def loaded(self, model: str | None) -> LoadedModel | None:
         """The /api/ps entry of a name, or of another name for the same model: Ollama keys
         runners by blob, so `llama3.2:3b` runs in the runner /api/ps lists as
         `llama3.2:latest` when both name one digest."""
         valid = valid_key(model) if isinstance(model, str) else None
-        return None if valid is None else self._entry(valid[0], self._tags.get(valid[0]))
-
-    def _entry(self, key: str, local: LocalModel | None) -> LoadedModel | None:
-        if self._loaded is None:
+        if valid is None or self._loaded is None:
             return None
-        entry = self._loaded.get(key)
+        entry = self._loaded.get(valid[0])
+        local = self._tags.get(valid[0])
         if entry is None and local is not None and local.digest:
             entry = next((e for e in self._loaded.values() if e.digest == local.digest), None)
         return entry

@@ -87,11 +87,18 @@ class LoadTracker(LoadBook):
         model = ex.model
         if ex.endpoint not in TRACKED or not model or self.is_remote(model):
             return None
-        return self._outlook(ex, model, self.upstream.standing(model), known)
+        key, opts, runner = self._asks(ex, model, self.upstream.standing(model), known)
+        if runner is None:
+            return Outlook(key, opts)
+        resident = runner.resident and not runner.expired_idle(time.time())
+        changes = self._changes(runner, opts) if resident else []
+        last = runner.current.load_duration if runner.current is not None else None
+        return Outlook(key, opts, resident, changes, last)
 
-    def _outlook(
+    def _asks(
         self, ex: Exchange, model: str, standing: Standing, known: Known | None = None
-    ) -> Outlook:
+    ) -> tuple[str, dict[str, Any], Runner | None]:
+        """The runner's key, the runner options the request asks for, and the runner."""
         key = self._runners.key_of(self.upstream, model, standing.digest)
         facts = ModelFacts(*standing.facts)
         version = standing.version
@@ -101,13 +108,7 @@ class LoadTracker(LoadBook):
             opts = self._options(facts, version, honoured_options(ex), ex.request_body, native)
             if known is not None:
                 known[facts, version] = opts
-        runner = self._runners.get(key)
-        if runner is None:
-            return Outlook(key, opts, digest=standing.digest)
-        resident = runner.resident and not runner.expired_idle(time.time())
-        changes = self._changes(runner, opts) if resident else []
-        last = runner.current.load_duration if runner.current is not None else None
-        return Outlook(key, opts, resident, changes, last, standing.digest)
+        return key, opts, self._runners.get(key)
 
     @staticmethod
     def _options(
@@ -131,9 +132,8 @@ class LoadTracker(LoadBook):
         if ex.endpoint not in TRACKED or not model or self.is_remote(model):
             return
         standing = ex.standing = self.upstream.standing(model)
-        seen = self._outlook(ex, model, standing)
-        key, opts = seen.key, seen.opts
-        runner = self._runners.of(key, model)
+        key, opts, found = self._asks(ex, model, standing)
+        runner = found if found is not None else self._runners.of(key, model)
         if honoured_keep_alive(ex) is not None:  # the latest keep_alive is the runner's
             runner.unload_after, runner.keep_alive_by = None, ex.id
         now = time.time()
@@ -141,7 +141,7 @@ class LoadTracker(LoadBook):
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
         p = Pending(ex.id, key, model, ex.client_name, ex.client, ex.endpoint, ex.started,
                     ex.started_wall, opts, runner.resident)  # fmt: skip
-        p.manifest = seen.digest
+        p.manifest = standing.digest
         row = runner.row
         p.expiring = (
             runner.resident and not runner.flight and row is not None
@@ -150,7 +150,7 @@ class LoadTracker(LoadBook):
         # Not resident while requests for it are in flight: a load is under way.
         p.behind = not runner.resident and bool(runner.flight)
         if runner.resident:
-            p.changes = seen.changes
+            p.changes = self._changes(runner, opts)
             if any(c.certain for c in p.changes):
                 self._predicted(ex, p)
         runner.flight[ex.id] = p

@@ -19,6 +19,7 @@ from ollama_tap.metrics.registered import Children, counter
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.options import ModelFacts, runner_num_ctx
 from ollama_tap.ollama.request import honoured_options
+from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import parse_version
 from ollama_tap.truncation.context import Runtime, may_have_reloaded, runtime_context
 from ollama_tap.truncation.rules import judge
@@ -32,6 +33,8 @@ class Upstream(Protocol):
     """What the observer asks of the poller, when no analyser asked before it."""
 
     def standing(self, model: str | None) -> Standing: ...
+
+    def loaded(self, model: str | None) -> LoadedModel | None: ...
 
 
 class TruncationObserver:
@@ -73,7 +76,8 @@ class TruncationObserver:
     def runtime(self, ex: Exchange) -> Runtime:
         """C and what else the rules need, from the request (its num_ctx as the runner gets
         it: /v1 bodies' options ignored, the floors and the cap applied) and what the box's
-        poller knew of the model (`Exchange.standing`, asked here when no analyser did)."""
+        poller knew of the model (`Exchange.standing`, asked here when no analyser did) and
+        its /api/ps row as the end finds it."""
         upstream = self.upstream
         if upstream is None:
             return Runtime(request_num_ctx(honoured_options(ex)), None)
@@ -84,6 +88,7 @@ class TruncationObserver:
         asked = runner_num_ctx(request_num_ctx(honoured_options(ex)), facts)
         reloaded = ex.usage is not None and may_have_reloaded(ex.usage.load_duration)
         reloaded = reloaded or (self.stale_row is not None and self.stale_row(ex))
-        c = runtime_context(asked, known.context, reloaded=reloaded)
-        soft = known.format == "safetensors"
+        row = upstream.loaded(ex.model)
+        c = runtime_context(asked, row.context_length if row else None, reloaded=reloaded)
+        soft = row is not None and row.format == "safetensors"
         return Runtime(c, parse_version(known.version), facts.train_ctx, soft, facts.num_keep)
