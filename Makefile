@@ -139,13 +139,13 @@ typecheck: $(VENV)/.test-deps
 unit: $(VENV)/.test-deps system-deps engine ollama
 	$(ENGINE_ENV) $(OLLAMA_ENV) $(VENV)/bin/pytest -q -m 'not slow' $(ARGS)
 
-# What a compiled build can change: the relay, the per-chunk code and the real engine behind
-# the proxy; every other module runs interpreted in both passes.
+# What a compiled build can change: the relay, the per-chunk and per-exchange code and the
+# real engine behind the proxy; every other module runs interpreted in both passes.
 COMPILED_TESTS := tests/relay tests/ollama tests/metrics tests/engine tests/test_framing.py \
 	tests/test_hooks.py tests/test_banner.py tests/recorder/test_timeline.py \
 	tests/recorder/test_fast_paths.py tests/recorder/test_e2e.py tests/truncation \
 	tests/test_names.py tests/test_slots.py tests/test_attribution.py tests/test_inflight.py \
-	tests/test_accesslog.py
+	tests/test_accesslog.py tests/loads/test_tracker.py tests/loads/test_fidelity.py
 
 ## the relay and per-chunk tests again, against the compiled modules (OLLAMA_TAP_COMPILED=1)
 unit-compiled: $(VENV)/.test-deps $(VENV)/.compiled engine

@@ -51,6 +51,9 @@ MODULES: Final = [
     "ollama_tap/truncation/observer.py",
     "ollama_tap/truncation/rules.py",
     "ollama_tap/truncation/context.py",
+    "ollama_tap/loads/tracker.py",
+    "ollama_tap/loads/book.py",
+    "ollama_tap/loads/state.py",
     "ollama_tap/relay/incoming.py",
     "ollama_tap/relay/http1/serves.py",
     "ollama_tap/relay/http1/send.py",
@@ -67,7 +70,9 @@ the SDK's (docs/opentelemetry.md, "What it costs") and does so compiled.
 
 And, after the comment, what runs on the event loop once for every exchange: the route and
 fields of the request, the model and client labels, the in-flight set, the truncation
-verdict, the access log line, and the front's admission, routing and early send. Left
+verdict, the load tracker's notes (and its book of runners, the base of its class: mypyc
+compiles a class only on a compiled base), the access log line, and the front's admission,
+routing and early send. Left
 interpreted they were the largest part of an exchange's cost beyond the build that compiled
 them (f88820b): for a 20-token stream paced one token a read, 1,136,000 instructions on the
 loop against 953,000 (+19 %), about +9 % CPU a chunk in `bench/overhead.py`'s `single`;
@@ -114,7 +119,7 @@ def sources(root: Path) -> list[str]:
     """The compiled modules and every package module they import, directly or not, by path
     relative to `root`: mypyc compiles against their types and inlines their `Final`
     constants, so an edit to any of them makes a build stale. Editing any other module (the
-    CLI, OpenTelemetry, loads, ...) does not."""
+    CLI, the span mapping, ...) does not."""
     seen = {Path(name) for name in MODULES}
     todo = list(seen)
     while todo:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ollama_tap.facts import LoadFact, Rewrite, Route, TraceIds, Verdict
+from ollama_tap.facts import LoadFact, Rewrite, Route, Standing, TraceIds, Verdict
 from ollama_tap.rawreply import RawReply
 
 
@@ -293,6 +293,9 @@ class Exchange:
     load_event: LoadFact | None
     """The model load the exchange triggered or waited for (ollama_tap/loads/tracker.py),
     set at `response` or `error`; None when it met no load."""
+    standing: Standing | None
+    """What the box's poller knew of the model, asked once (ollama_tap/facts.py); None
+    until an analyser asked."""
     output_text: OutputText | None
     """The output text kept of the reply, set at `request` by the observer that keeps it
     (the recorder in full mode) and complete at the end; None when nobody keeps it."""
@@ -347,6 +350,7 @@ class Exchange:
         self.box = ""
         self.route = None
         self.load_event = None
+        self.standing = None
         self.output_text = None
         self.metadata = {}
 

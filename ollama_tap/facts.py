@@ -2,7 +2,9 @@
 
 Each fact is a typed field of the Exchange (`Exchange.truncation`, `Exchange.load_event`),
 set by one observer of the `ANALYSIS` phase (ollama_tap/hooks.py) and read by the sinks
-(the recorder's row, the span attributes). The types live here, not beside the observer
+(the recorder's row, the span attributes); what the box's poller knew of the model
+(`Exchange.standing`) is asked once by the first analyser that needs it and read by the
+others. The types live here, not beside the observer
 that makes them, so a reader never imports another observer's module to read a fact, and
 the Exchange can name them without importing any observer. The one fact the relay leaves,
 the trace ids it told the upstream (`Exchange.propagated`), is here for the same reason.
@@ -53,6 +55,27 @@ class Verdict:
             "prompt_tokens": self.prompt_tokens,
             "explanation": self.explanation,
         }
+
+
+ModelFactsRow = tuple[str, int | None, bool, int | None]
+"""A model's family, training context, vision and Modelfile num_keep, per /api/show
+(ollama_tap/ollama/options.py `ModelFacts` takes them in this order)."""
+NO_FACTS: ModelFactsRow = ("", None, False, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """What one box's poller knew of an exchange's model beyond /api/ps when the exchange
+    was analysed (`UpstreamPoller.standing`, one lookup): the load tracker reads it at
+    `request`, the truncation rules at `response`. Not the /api/ps row: a read between the
+    request and its end may list a runner an earlier request loaded, and the rules judge by
+    the row as the end finds it."""
+
+    digest: str | None
+    """The manifest digest per /api/tags (else /api/ps); None while unknown."""
+    facts: ModelFactsRow
+    version: str | None
+    """Ollama's version per /api/version; None before the first read."""
 
 
 class LoadRole(enum.StrEnum):

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from ollama_tap.boxes.shown import ShownModels
 from ollama_tap.boxes.spec import DEFAULT_BOX, BoxSpec
 from ollama_tap.config import Settings
+from ollama_tap.facts import NO_FACTS, Standing
 from ollama_tap.metrics.registered import UpstreamMetrics
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.names import model_key, valid_key
@@ -122,7 +123,7 @@ class UpstreamPoller:
 
     def context_length(self, model: str | None) -> int | None:
         """The runtime context (num_ctx) of a loaded model per the last /api/ps, else None."""
-        entry = self._loaded_entry(model)
+        entry = self.loaded(model)
         return None if entry is None else entry.context_length
 
     def digest_of(self, model: str | None) -> str | None:
@@ -133,7 +134,7 @@ class UpstreamPoller:
         local = self._tags.get(valid[0])
         if local is not None and local.digest:
             return local.digest
-        entry = self._loaded_entry(model)
+        entry = self.loaded(model)
         return entry.digest if entry is not None and entry.digest else None
 
     def has(self, key: str) -> bool:
@@ -159,23 +160,20 @@ class UpstreamPoller:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
         self._ps_listeners.append(listener)
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
-        """The family, the training context, whether it is a vision model and its
-        Modelfile's num_keep, per its /api/show ("", None, False, None when not shown)."""
+    def standing(self, model: str | None) -> Standing:
+        """What the poller knows of a model beyond /api/ps, in one lookup: its digest (as
+        `digest_of`), its /api/show facts and the version (asked once per exchange:
+        Exchange.standing)."""
         valid = valid_key(model) if isinstance(model, str) else None
         local = self._tags.get(valid[0]) if valid is not None else None
         if valid is None or local is None:
-            return "", None, False, None
-        return self.shown.facts(valid[0], local)
+            return Standing(self.digest_of(model), NO_FACTS, self._version)
+        digest = local.digest or self.digest_of(model)
+        return Standing(digest, self.shown.facts(valid[0], local), self._version)
 
     def runner_key(self, digest: str | None) -> str | None:
         """A digest's runner key (ShownModels.runner_key)."""
         return self.shown.runner_key(digest)
-
-    def loaded_format(self, model: str | None) -> str:
-        """The loaded model's `details.format` per /api/ps ("gguf", "safetensors" for MLX)."""
-        entry = self._loaded_entry(model)
-        return "" if entry is None else entry.format
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None:
         """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx; call
@@ -322,7 +320,7 @@ class UpstreamPoller:
             return None
         return shown_facts(data)
 
-    def _loaded_entry(self, model: str | None) -> LoadedModel | None:
+    def loaded(self, model: str | None) -> LoadedModel | None:
         """The /api/ps entry of a name, or of another name for the same model: Ollama keys
         runners by blob, so `llama3.2:3b` runs in the runner /api/ps lists as
         `llama3.2:latest` when both name one digest."""

@@ -8,7 +8,8 @@ from typing import Final
 import orjson
 from aiohttp import web
 
-from ollama_tap.loads.tracker import RING, LoadTracker
+from ollama_tap.loads.book import RING
+from ollama_tap.loads.tracker import LoadTracker
 
 DEFAULT_LIMIT: Final = 100
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from ollama_tap.facts import Standing
 from ollama_tap.loads.state import Runner
 from ollama_tap.ollama.names import model_key, valid_key
 from ollama_tap.ollama.state import LoadedModel
@@ -20,7 +21,7 @@ class Upstream(Protocol):
 
     def runner_key(self, digest: str | None) -> str | None: ...
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
+    def standing(self, model: str | None) -> Standing: ...
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None: ...
 
@@ -35,9 +36,13 @@ class Runners(dict[str, Runner]):
         """A runner's name as records spell it (ModelLabels.spelling)."""
 
     def key(self, upstream: Upstream, model: str) -> str:
-        digest = upstream.runner_key(upstream.digest_of(model))
-        if digest:
-            return digest
+        return self.key_of(upstream, model, upstream.digest_of(model))
+
+    def key_of(self, upstream: Upstream, model: str, digest: str | None) -> str:
+        """The key of `model`, whose manifest digest is `digest` (None: unknown)."""
+        runner = upstream.runner_key(digest)
+        if runner:
+            return runner
         valid = valid_key(model)
         return f"name:{valid[0] if valid else model}"
 

@@ -76,6 +76,8 @@ class Outlook:
     """The fields that would make Ollama reload it for this request (rule L2)."""
     last_load: float | None = None
     """Seconds its last load on this box took, when a reply said."""
+    digest: str | None = None
+    """The model's manifest digest on this box (None while unknown)."""
 
     @property
     def reloads(self) -> bool:

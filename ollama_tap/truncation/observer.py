@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from ollama_tap.cloud import LOCAL, location
 from ollama_tap.exchange import Exchange
+from ollama_tap.facts import Standing
 from ollama_tap.hooks import Phase
 from ollama_tap.measures import request_num_ctx
 from ollama_tap.metrics.families import TRUNCATIONS
@@ -18,6 +19,7 @@ from ollama_tap.metrics.registered import Children, counter
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.options import ModelFacts, runner_num_ctx
 from ollama_tap.ollama.request import honoured_options
+from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import parse_version
 from ollama_tap.truncation.context import Runtime, may_have_reloaded, runtime_context
 from ollama_tap.truncation.rules import judge
@@ -28,16 +30,11 @@ log = structlog.get_logger("ollama_tap.truncation")
 
 
 class Upstream(Protocol):
-    """What the observer asks of the poller."""
+    """What the observer asks of the poller, when no analyser asked before it."""
 
-    def context_length(self, model: str | None) -> int | None: ...
+    def standing(self, model: str | None) -> Standing: ...
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]: ...
-
-    def loaded_format(self, model: str | None) -> str: ...
-
-    @property
-    def version(self) -> str | None: ...
+    def loaded(self, model: str | None) -> LoadedModel | None: ...
 
 
 class TruncationObserver:
@@ -78,15 +75,20 @@ class TruncationObserver:
 
     def runtime(self, ex: Exchange) -> Runtime:
         """C and what else the rules need, from the request (its num_ctx as the runner gets
-        it: /v1 bodies' options ignored, the floors and the cap applied) and the poller."""
-        upstream, model = self.upstream, ex.model
+        it: /v1 bodies' options ignored, the floors and the cap applied) and what the box's
+        poller knew of the model (`Exchange.standing`, asked here when no analyser did) and
+        its /api/ps row as the end finds it."""
+        upstream = self.upstream
         if upstream is None:
             return Runtime(request_num_ctx(honoured_options(ex)), None)
-        facts = ModelFacts(*upstream.model_facts(model))
+        known = ex.standing
+        if known is None:
+            known = ex.standing = upstream.standing(ex.model)
+        facts = ModelFacts(*known.facts)
         asked = runner_num_ctx(request_num_ctx(honoured_options(ex)), facts)
         reloaded = ex.usage is not None and may_have_reloaded(ex.usage.load_duration)
         reloaded = reloaded or (self.stale_row is not None and self.stale_row(ex))
-        c = runtime_context(asked, upstream.context_length(model), reloaded=reloaded)
-        soft = upstream.loaded_format(model) == "safetensors"
-        version = parse_version(upstream.version)
-        return Runtime(c, version, facts.train_ctx, soft, facts.num_keep)
+        row = upstream.loaded(ex.model)
+        c = runtime_context(asked, row.context_length if row else None, reloaded=reloaded)
+        soft = row is not None and row.format == "safetensors"
+        return Runtime(c, parse_version(known.version), facts.train_ctx, soft, facts.num_keep)

@@ -10,7 +10,6 @@ import orjson
 import pytest
 
 from ollama_tap.exchange import Outcome, RequestFields
-from ollama_tap.loads import tracker as tracker_module
 from ollama_tap.ollama.state import LoadedModel
 from tests.loads.rig import A, B, Rig, Upstream
 from tests.support.exchanges import new_exchange
@@ -126,16 +125,15 @@ def test_12_ollamas_own_out_of_memory_texts_and_their_version(
     assert (rig.causes()[-1] == (B, "oom_flush")) is flushed
 
 
-def test_15_keep_alive_zero_waits_for_the_requests_in_flight(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_15_keep_alive_zero_waits_for_the_requests_in_flight(rig: Rig) -> None:
     """Ollama unloads at refCount 0 only: a runner still busy past the unloading window is
     still the same runner, not a new load."""
-    monkeypatch.setattr(tracker_module, "UNLOADING", 0.0)  # the window has passed
     rig.end(rig.start(A), 2.0)
     rig.ps({A: 4096})
     busy = rig.start(A)
     rig.end(rig.start(A, keep_alive=0))
+    for runner in rig.tracker._runners.values():
+        runner.unloading_until = 0.0  # the window has passed
     rig.ps({A: 4096})
     assert rig.causes() == [(A, "first_load")]
     # A later request carrying keep_alive overwrites the 0.
