@@ -96,6 +96,22 @@ async def test_a_new_num_ctx_reloads_with_options_changed(
     assert event["predicted"] is True
 
 
+@BOTH_RELEASES
+async def test_identical_requests_reuse_the_runner_with_one_load(
+    tapped: Proxy, real_ollama: Ollama
+) -> None:
+    """Rule L0 d on both eras: the handler's own reads count in `load_duration` (v0.30.0
+    opens the GGUF twice per request, server/images.go), so a reply on the runner the proxy
+    saw loaded may pass the cold-start second with no load; four alike requests make the
+    first load and nothing else."""
+    replies = [await generate(tapped, MODEL, f"client{i}") for i in range(4)]
+    await load_event(tapped, MODEL, "first_load")
+    await asyncio.sleep(1.0)  # time for any event the last reply would have made
+    events = await loads(tapped, MODEL)
+    slow = [r["load_duration"] / 1e9 for r in replies[1:]]
+    assert [e["cause"] for e in events] == ["first_load"], (events, slow)
+
+
 @pytest.mark.xfail(
     strict=False,
     reason="disagreement, timing-dependent (failed 2 runs in 7): Gemma reloads in under the 1 s "
