@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from ollama_tap.app import LOADS
+from ollama_tap.app import LOADS, POLLER
 from tests.conftest import MakeProxy, Proxy
 from tests.ollama_real.conftest import AUTH, BOTH_RELEASES, MODEL, SECOND, Ollama, call
 from tests.support.waiting import eventually
@@ -89,6 +89,9 @@ async def test_a_new_num_ctx_reloads_with_options_changed(
     these two requests differ in."""
     await generate(tapped, MODEL, "alice")
     await load_event(tapped, MODEL, "first_load")
+    # The reply tells of the load before an /api/ps read lists the runner, and the proxy
+    # predicts a reload only of a runner it has read.
+    await eventually(lambda: tapped.app[POLLER].loaded(MODEL) is not None, within=WITHIN)
     await generate(tapped, MODEL, "bob", options={"num_ctx": 2048, "num_predict": 2})
     event = await load_event(tapped, MODEL, "options_changed")
     assert event["client"] == "bob"
