@@ -18,6 +18,7 @@ from ollama_tap.loads.state import (
     Pending,
     Runner,
     cause_of,
+    flushes_on_oom,
     reduced_from,
     set_trigger,
     why_gone,
@@ -25,6 +26,7 @@ from ollama_tap.loads.state import (
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.names import model_key
 from ollama_tap.ollama.state import LoadedModel
+from ollama_tap.ollama.version import parse_version
 
 RING: Final = 500
 """Load events kept for /_tap/api/loads."""
@@ -93,10 +95,13 @@ class LoadBook:
         for key, row in rows.items():
             runner = self._runners[key]
             fresh = runner.fresh
-            if fresh is not None:
+            if fresh is not None and runner.explains(row, self._retries):
                 self._got(runner, fresh, row)
-                runner.fresh = None
+            elif fresh is not None:  # a later reload no reply showed: its options unknown
+                runner.opts = runner.manifest = None
+            runner.fresh = None
             runner.row, runner.row_idle, runner.row_at = row, not runner.flight, now
+            runner.asked.clear()
 
     def _baseline(self, rows: dict[str, LoadedModel], *, restart: bool) -> None:
         """The first snapshot (or the first after Ollama was down): models listed are
@@ -111,6 +116,7 @@ class LoadBook:
             elif not runner.resident:
                 runner.resident, runner.seen, runner.opts = True, True, None
             runner.row, runner.row_idle, runner.row_at = row, not runner.flight, time.time()
+            runner.asked.clear()
             self._zeros(runner.name)
 
     def _gone(self, key: str, runner: Runner, now: float, mono: float, loaders: list[str]) -> None:
@@ -134,11 +140,11 @@ class LoadBook:
 
     def _ps_load(self, runner: Runner, row: LoadedModel, mono: float) -> None:
         """A model new in /api/ps that no reply has shown loading (L0 b)."""
-        p = runner.earliest()
+        loaders = runner.loaders(row, self._retries)
+        p = loaders[0] if loaders else None
         event = self._new_event(runner, p, time.time(), mono, source="ps")
         event.noticed = mono
-        if p is not None:
-            event.waited = [q.id for q in runner.flight.values() if q is not p]
+        event.waited = [q.id for q in loaders[1:]]
         self._got(runner, event, row)
 
     def _got(self, runner: Runner, event: LoadEvent, row: LoadedModel) -> None:
@@ -191,6 +197,11 @@ class LoadBook:
             for cause in Cause:
                 self.m.loads[label, str(cause)].inc(0)
             self.m.reduced[(label,)].inc(0)
+
+    @property
+    def _retries(self) -> bool:
+        """Whether a load that does not fit retries a smaller automatic context (v0.30.0+)."""
+        return flushes_on_oom(parse_version(self.upstream.version))
 
     @property
     def _where(self) -> dict[str, str]:

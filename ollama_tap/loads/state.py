@@ -4,6 +4,7 @@ turn it into a cause (docs/diagnoses.md, "Loads")."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, Final
 
 from ollama_tap.loads.events import Cause, Departure, LoadEvent
@@ -32,6 +33,20 @@ DIED_TEXTS: Final = (
     "an error was encountered while running the model",
 )
 """Errors after which the next request finds a dead runner and reloads (L6)."""
+AUTO_RETRIES: Final = (32768, 4096)
+"""The only contexts an automatic one is retried with when its load does not fit
+(`nextLowerAutoNumCtx`, server/sched.go at v0.30.0)."""
+ASKS_KEPT: Final = 64
+"""Distinct num_ctx values kept per runner between two /api/ps reads (`Runner.asked`)."""
+
+
+class Fit(IntEnum):
+    """How well a load for some runner options explains an /api/ps row (`may_show`)."""
+
+    NO = 0
+    MAYBE = 1
+    """Unset num_ctx while the automatic context is unknown, or a smaller retry of it."""
+    SURE = 2
 
 
 @dataclass(slots=True)
@@ -120,6 +135,9 @@ class Runner:
     """Unix seconds the last request in flight on it ended."""
     keep_alive_by: str | None = None
     """The request in flight or done that last carried keep_alive (it sets the runner's)."""
+    asked: set[int] = field(default_factory=set)
+    """The num_ctx set by requests that ended since `row` was read (at most ASKS_KEPT): a
+    reload none of their replies showed may be what the next read lists."""
     unload_after: Departure | None = None
     """A keep_alive 0 that waits for the requests in flight (`processCompleted` unloads
     at refCount 0 only; a later request carrying keep_alive overwrites it)."""
@@ -144,12 +162,53 @@ class Runner:
         expiry = self.idle_expiry()
         return not self.flight and expiry is not None and expiry < now - SLACK
 
-    def earliest(self) -> Pending | None:
-        """The request in flight that arrived first: the loader, when a load shows (L0)."""
-        return min(self.flight.values(), key=lambda p: p.started, default=None)
+    def loaders(self, row: LoadedModel, retries: bool) -> list[Pending]:
+        """The requests in flight a load listed as `row` is surely for (or, when none is
+        and no request that ended since the last read asked for its context, maybe for),
+        the first to arrive first (L0: its trigger). A reload no reply showed (under a
+        second) may list the runner another request asked for while these wait."""
+        fits = [(may_show(p.opts, self.auto_ctx, row, retries), p) for p in self.flight.values()]
+        best = max((fit for fit, _ in fits), default=Fit.NO)
+        if best is Fit.MAYBE and row.context_length in self.asked:
+            return []
+        return sorted((p for fit, p in fits if fit is best > Fit.NO), key=lambda p: p.started)
+
+    def explains(self, row: LoadedModel, retries: bool) -> bool:
+        """Whether the options of the request that loaded the runner explain `row` better
+        than a request that ended since the last read (a reload no reply showed)."""
+        fit = may_show(self.opts, self.auto_ctx, row, retries)
+        return fit is Fit.SURE or (fit is Fit.MAYBE and row.context_length not in self.asked)
+
+    def ask(self, opts: dict[str, Any]) -> None:
+        """A request that asked for these runner options ended."""
+        if (ctx := opts.get("num_ctx")) is not None and len(self.asked) < ASKS_KEPT:
+            self.asked.add(ctx)
 
 
-def row_stale(p: Pending, runner: Runner | None) -> bool:
+def may_show(
+    opts: dict[str, Any] | None, auto_ctx: int | None, row: LoadedModel, retries: bool
+) -> Fit:
+    """Whether a load for these runner options (None: unknown) can be listed as `row`. One
+    that sets num_ctx shows it. One that leaves it unset shows the automatic context: the
+    last one seen, or with `retries` (v0.30.0+) one of the smaller contexts a load that did
+    not fit retries with, or more than a last one that was such a retry; any while no
+    automatic context was seen."""
+    ctx = row.context_length
+    if ctx is None or opts is None:
+        return Fit.MAYBE
+    asked = opts.get("num_ctx")
+    if asked is not None:
+        return Fit.SURE if asked == ctx else Fit.NO
+    if ctx == auto_ctx:
+        return Fit.SURE
+    if auto_ctx is None:
+        return Fit.MAYBE
+    if retries and (ctx in AUTO_RETRIES or (ctx > auto_ctx and auto_ctx in AUTO_RETRIES)):
+        return Fit.MAYBE
+    return Fit.NO
+
+
+def row_stale(p: Pending, runner: Runner | None, retries: bool) -> bool:
     """Whether the last /api/ps row may describe another runner than the one that served
     `p`: not resident when it came, sent to change its options, or not read since. A
     request that leaves num_ctx unset (every /v1 one) runs with the automatic context
@@ -158,6 +217,8 @@ def row_stale(p: Pending, runner: Runner | None) -> bool:
     context an earlier one got; a runner loaded out of sight is not trusted for it."""
     if not p.resident or p.changes or runner is None or runner.row is None:
         return True
+    if may_show(p.opts, runner.auto_ctx, runner.row, retries) is Fit.NO:
+        return True  # another request's reload, listed while this one ran
     if "num_ctx" in p.opts:
         return False
     auto = runner.opts is not None and "num_ctx" not in runner.opts

@@ -177,6 +177,7 @@ class LoadTracker(LoadBook):
         runner = self._runners.of(p.key, p.model)
         runner.flight.pop(p.id, None)
         runner.last_end = time.time()
+        runner.ask(p.opts)
         event = None
         load = ex.usage.load_duration if ex.usage is not None else 0
         long_load_reply = ex.done_reason == "load" and (ex.duration or 0.0) * 1e9 > COLD_START_NS
@@ -270,4 +271,4 @@ class LoadTracker(LoadBook):
         the request was to change its options, or no read has listed it since its load.
         Asked by the truncation rules (their C) before this tracker's `response`."""
         p = ex.metadata.get(NAME)
-        return isinstance(p, Pending) and row_stale(p, self._runners.get(p.key))
+        return isinstance(p, Pending) and row_stale(p, self._runners.get(p.key), self._retries)

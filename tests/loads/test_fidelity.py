@@ -218,3 +218,55 @@ def test_16_names_on_one_blob_are_one_runner(rig: Rig) -> None:
     assert [cause for _, cause in rig.causes()] == ["first_load", "unknown"]
     assert rig.tracker.events[-1].context_length == 8192
     assert rig.value("model_evictions_total", model=A, by=v) is None
+
+
+def test_a_row_another_request_reloaded_is_not_the_waiting_requests_load(rig: Rig) -> None:
+    """A sub-second reload shows in no reply: a num_ctx 2048 request replaces the automatic
+    4096 runner and ends, then a request without num_ctx (back to 4096: Ollama reloads
+    again) waits while /api/ps lists the 2048 runner. That row is not its load: an automatic
+    context shrinks only to 32768 or 4096 (`nextLowerAutoNumCtx`, server/sched.go at
+    v0.30.0), so it is no reduction, and the waiting request's context is not that row's."""
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    rig.end(rig.start(A, options={"num_ctx": 2048}), 0.05)
+    waiting = rig.start(A)
+    rig.ps({A: 2048})
+    event = rig.tracker.events[-1]
+    assert (event.request, event.reduced_from, event.context_length) == (None, None, 2048)
+    assert rig.value("context_reduced_total", model=A) == 0
+    assert rig.tracker.stale_row(waiting)
+    rig.end(waiting)
+    # Its own reload lists the automatic context again: a load, and the row to trust.
+    rig.ps({A: 4096})
+    assert rig.tracker.events[-1].context_length == 4096
+    after = rig.start(A)
+    assert not rig.tracker.stale_row(after)
+
+
+def test_an_explicit_request_waiting_is_not_the_loader_of_another_context(rig: Rig) -> None:
+    """The same with an explicit num_ctx: a row whose context differs from the one the
+    waiting request asks for was loaded by someone else, and its options are unknown."""
+    rig.end(rig.start(A, options={"num_ctx": 8192}), 2.0)
+    rig.ps({A: 8192})
+    waiting = rig.start(A, options={"num_ctx": 8192})
+    rig.ps({A: 2048})
+    assert rig.tracker.events[-1].request is None
+    assert rig.tracker.stale_row(waiting)
+
+
+def test_a_row_a_request_that_ended_asked_for_is_its_reload_not_a_guess(rig: Rig) -> None:
+    """While no automatic context was seen, a request without num_ctx could be listed with
+    any: a row with the num_ctx a request that ended since the last read asked for is that
+    request's reload (no reply showed it), not the waiting one's, nor the replied load's."""
+    rig.ps({A: 4096})  # resident before the proxy started: its options unknown
+    rig.ps({A: 4096})
+    rig.end(rig.start(A, options={"num_ctx": 2048}), 0.05)
+    waiting = rig.start(A)
+    rig.ps({A: 2048})
+    assert rig.tracker.events[-1].request is None
+    assert rig.tracker.stale_row(waiting)
+    rig.end(waiting, 2.0)  # its own reload, which the reply shows
+    rig.end(rig.start(A, options={"num_ctx": 3072}), 0.05)
+    rig.ps({A: 3072})
+    assert rig.tracker.events[-1].context_length is None
+    assert rig.tracker.stale_row(rig.start(A))

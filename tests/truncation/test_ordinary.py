@@ -73,23 +73,7 @@ def ordinary(rng: random.Random) -> tuple[str, dict[str, Any]]:
     return "/v1/embeddings", {"model": "all-minilm", "input": [text, "short"]}
 
 
-@pytest.mark.parametrize(
-    "version",
-    [
-        "0.33.0-rc2",
-        pytest.param(
-            "0.30.5",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="open false verdict, timing-dependent (CI: 1 run in 3): a request that "
-                "reloads the runner to a larger num_ctx in under the 1 s cold-start mark, then "
-                "an alike request before the next /api/ps read, is judged by the old row's "
-                "context (T7 at 2048 where the runner has 4096); `row_stale` should have "
-                "called that row stale",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("version", ["0.33.0-rc2", "0.30.5"])
 async def test_200_varied_ordinary_requests_give_no_verdict_and_no_phantom_load(
     proxy: Proxy, fake_ollama: FakeOllama, version: str
 ) -> None:
