@@ -29,6 +29,7 @@ class TruncationKind(enum.StrEnum):
     CONTEXT_SHIFT = "context_shift"
     OUTPUT_CUT = "output_cut"
     EMBED_TRUNCATED = "embed_truncated"
+    HISTORY_DROPPED = "history_dropped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class Verdict:
 
     kind: TruncationKind
     rule: str
-    """The rule that found it (T1–T3, T7–T9 of docs/diagnoses.md)."""
+    """The rule that found it (T1–T3, T5, T7–T9 of docs/diagnoses.md)."""
     context: int | None
     """The C the rule used."""
     tokens_lost: int | None

@@ -9,7 +9,7 @@ What a record tells of the context it needed (`need_of`):
 | T2 (`tokens_lost` known) | `P + lost + E` | yes |
 | T7 context shift | `P + E` (ran past the slot) | yes |
 | T3 refusal with its count | the refused prompt's tokens + 1 | yes |
-| T1, T3 without a count | `C + 1 (+ E)` | a lower bound: the cut prompt's length is unknown |
+| T1, T3 without a count, T5 | `C + 1 (+ E)` | a lower bound: the cut prompt's length is unknown |
 | T8 output cut | `P + E + 1` | a lower bound: the output wanted more |
 | T9 embedding cut | `P + 1` | a lower bound |
 
@@ -28,7 +28,12 @@ from ollama_tap.ollama.payloads import count_or_none, dict_or_none, str_or_empty
 from ollama_tap.truncation.context import SLOT_PADDING
 
 CUT_KINDS: Final = frozenset(
-    {TruncationKind.PROMPT_TRUNCATED, TruncationKind.REFUSED, TruncationKind.EMBED_TRUNCATED}
+    {
+        TruncationKind.PROMPT_TRUNCATED,
+        TruncationKind.REFUSED,
+        TruncationKind.EMBED_TRUNCATED,
+        TruncationKind.HISTORY_DROPPED,
+    }
 )
 """Verdicts whose prompt did not fit: what the PromptsTruncated alert counts."""
 F16_BYTES: Final = 2

@@ -22,6 +22,7 @@ from ollama_tap.ollama.request import honoured_options
 from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import parse_version
 from ollama_tap.truncation.context import Runtime, may_have_reloaded, runtime_context
+from ollama_tap.truncation.history import Conversations
 from ollama_tap.truncation.rules import judge
 
 NAME: Final = "truncation"
@@ -56,6 +57,8 @@ class TruncationObserver:
         self.labels = labels
         self.upstream = upstream
         self.stale_row = stale_row
+        self.conversations = Conversations()
+        """T5's memory of recent chats (history.py)."""
         """Whether /api/ps may describe another runner than the one that served an exchange
         (the load tracker knows; it must not have seen the exchange's `response` yet)."""
         labels.on_free(lambda model: self.counts.drop("model", model))
@@ -64,7 +67,12 @@ class TruncationObserver:
         if location(ex) != LOCAL:
             return
         rt = self.runtime(ex)
-        if (verdict := judge(ex, rt)) is None:
+        verdict = judge(ex, rt)
+        if ex.endpoint == "/api/chat" and ex.status == 200 and ex.usage is not None:
+            p = ex.usage.prompt_eval_count
+            dropped = self.conversations.judge(ex, rt, p) if p is not None else None
+            verdict = verdict or dropped
+        if verdict is None:
             return
         ex.truncation = verdict
         self.counts[ex.endpoint, self.labels.label(ex.model), verdict.kind.value].inc()

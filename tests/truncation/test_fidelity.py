@@ -183,8 +183,9 @@ async def test_13_the_legacy_embeddings_500_is_a_refusal(proxy: Proxy, fake: Fak
 
 
 def test_1_dropped_messages_are_not_reported() -> None:
-    """Stage 1 leaves P ≤ C and answers 200: no rule can tell it from a short chat without
-    the prompt's token count, so none is reported (docs/diagnoses.md says why)."""
+    """Stage 1 leaves P ≤ C and answers 200: no rule on one request can tell it from a
+    short chat without the prompt's token count. T5 needs the conversation's previous
+    request (test_history.py)."""
     dropped = finished(p=104 + 3 * 1004, body={"messages": [{}] * 7})
     assert judge(dropped, Runtime(4096, NOW)) is None
 

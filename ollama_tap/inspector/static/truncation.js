@@ -9,6 +9,7 @@ const TITLES = {
   context_shift: "context shifted",
   output_cut: "output cut by the context",
   embed_truncated: "embedding input truncated",
+  history_dropped: "old messages dropped",
 };
 
 // The badge for record `r`, or null when it has no verdict.
