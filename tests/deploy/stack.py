@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 import yaml
@@ -47,9 +47,15 @@ def promtool() -> str:
     return tool("promtool", UNPACKS)
 
 
+HUNG: Final = 1800
+"""Seconds after which a command is taken for hung: a guard, not a bound on its speed (a
+rule-test file with two days of one-minute series takes two minutes of CPU, several times
+that while the suite's other workers share the two cores)."""
+
+
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """Run a command; a non-zero exit fails the test with the command's own output."""
-    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=HUNG)
     if proc.returncode != 0:
         pytest.fail(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
