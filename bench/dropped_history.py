@@ -14,6 +14,8 @@ the render is a dropped message), and scores the candidate rules on what the pro
 - `T5`: the conversation grew (the previous request's messages are a prefix of this one's)
   but P did not (P ≤ the previous P);
 - `T5 slack`: P grew by less than the new messages' characters / 16;
+- `T5 shipped`: the proxy's own T5 (`ollama_tap/truncation/history.py`), fed each request
+  and its reply as the proxy sees them: `T5 slack` as shipped;
 - `T1`: P = C, the stage-2 cut the proxy reports already (0.24's Go runner keeps exactly C).
 
     eval "$(python tests/ollama_real/provision.py --env)"
@@ -41,6 +43,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
+
+from ollama_tap.exchange import Exchange, RequestFields
+from ollama_tap.truncation.context import Runtime
+from ollama_tap.truncation.history import Conversations
 
 MODEL: Final = "gemma3:270m"
 WORDS: Final = [
@@ -74,7 +80,7 @@ LONG_WORDS: Final = [
 ]
 CJK: Final = "数据模型上下文窗口截断消息历史会话令牌"
 CODE: Final = "def f(x):\n    return {'k': [x, x * 2, 0x1F]}  # {i}\n"
-RULES: Final = ("T1", "T4 1", "T4 1.25", "T4 1.5", "T4 2", "T5", "T5 slack")
+RULES: Final = ("T1", "T4 1", "T4 1.25", "T4 1.5", "T4 2", "T5", "T5 slack", "T5 shipped")
 
 
 def text(rng: random.Random, size: int) -> str:
@@ -192,11 +198,22 @@ def estimate(messages: list[dict[str, str]]) -> int:
     return sum(len(m["content"]) // 4 + 4 for m in messages)
 
 
-def judge(turns: list[Turn]) -> None:
+def shipped(memory: Conversations, turn: Turn) -> bool:
+    """The proxy's T5 on one turn, as its observer would run it at the exchange's end."""
+    ex = Exchange(method="POST", path="/api/chat", query="", endpoint="/api/chat",
+                  client="127.0.0.1", request_headers={})  # fmt: skip
+    ex.status, ex.request = 200, RequestFields(model=MODEL, parsed=True)
+    ex.request_body = orjson.dumps({"model": MODEL, "messages": turn.messages})
+    return memory.judge(ex, Runtime(turn.num_ctx, (0, 24, 0)), turn.prompt) is not None
+
+
+def judge(turns: list[Turn], memory: Conversations) -> None:
     """The candidate rules' verdicts on each turn of one chat, from what the proxy sees."""
     previous: Turn | None = None
     for turn in turns:
         c, p = turn.num_ctx, turn.prompt
+        if shipped(memory, turn):
+            turn.verdicts.add("T5 shipped")
         if p == c:
             turn.verdicts.add("T1")
         for k in (1, 1.25, 1.5, 2):
@@ -298,10 +315,11 @@ def main() -> int:
         proc, base = serve(binary, gguf, Path(home))
         try:
             turns: list[Turn] = []
+            memory = Conversations()
             started = time.monotonic()
             for done, i in enumerate(order, 1):
                 chat_turns = run_chat(base, i, plan[i])
-                judge(chat_turns)
+                judge(chat_turns, memory)
                 turns += chat_turns
                 if args.json:
                     figures = {"chats_run": done, **report(turns)}
