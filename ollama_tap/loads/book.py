@@ -101,7 +101,8 @@ class LoadBook:
                 runner.opts = runner.manifest = None
             runner.fresh = None
             runner.row, runner.row_idle, runner.row_at = row, not runner.flight, now
-            runner.asked.clear()
+        for runner in self._runners.values():
+            runner.ended.clear()
 
     def _baseline(self, rows: dict[str, LoadedModel], *, restart: bool) -> None:
         """The first snapshot (or the first after Ollama was down): models listed are
@@ -116,7 +117,7 @@ class LoadBook:
             elif not runner.resident:
                 runner.resident, runner.seen, runner.opts = True, True, None
             runner.row, runner.row_idle, runner.row_at = row, not runner.flight, time.time()
-            runner.asked.clear()
+            runner.ended.clear()
             self._zeros(runner.name)
 
     def _gone(self, key: str, runner: Runner, now: float, mono: float, loaders: list[str]) -> None:

@@ -36,8 +36,8 @@ DIED_TEXTS: Final = (
 AUTO_RETRIES: Final = (32768, 4096)
 """The only contexts an automatic one is retried with when its load does not fit
 (`nextLowerAutoNumCtx`, server/sched.go at v0.30.0)."""
-ASKS_KEPT: Final = 64
-"""Distinct num_ctx values kept per runner between two /api/ps reads (`Runner.asked`)."""
+ENDED_KEPT: Final = 64
+"""Requests kept per runner between two /api/ps reads (`Runner.ended`)."""
 
 
 class Fit(IntEnum):
@@ -135,9 +135,10 @@ class Runner:
     """Unix seconds the last request in flight on it ended."""
     keep_alive_by: str | None = None
     """The request in flight or done that last carried keep_alive (it sets the runner's)."""
-    asked: set[int] = field(default_factory=set)
-    """The num_ctx set by requests that ended since `row` was read (at most ASKS_KEPT): a
-    reload none of their replies showed may be what the next read lists."""
+    ended: list[Pending] = field(default_factory=list)
+    """Requests that ended since the last /api/ps read and may have loaded the runner (the
+    first ENDED_KEPT): a load under a second shows in no reply, and the next read may list
+    the runner one of them loaded."""
     unload_after: Departure | None = None
     """A keep_alive 0 that waits for the requests in flight (`processCompleted` unloads
     at refCount 0 only; a later request carrying keep_alive overwrites it)."""
@@ -163,26 +164,32 @@ class Runner:
         return not self.flight and expiry is not None and expiry < now - SLACK
 
     def loaders(self, row: LoadedModel, retries: bool) -> list[Pending]:
-        """The requests in flight a load listed as `row` is surely for (or, when none is
-        and no request that ended since the last read asked for its context, maybe for),
-        the first to arrive first (L0: its trigger). A reload no reply showed (under a
-        second) may list the runner another request asked for while these wait."""
-        fits = [(may_show(p.opts, self.auto_ctx, row, retries), p) for p in self.flight.values()]
+        """The requests, in flight or ended since the last read, that a load listed as
+        `row` is surely for (or, when none is, maybe for), the first to arrive first (L0:
+        its trigger, the others waited for it). A reload no reply showed (under a second)
+        may list the runner another request asked for while these wait."""
+        fits = [
+            (may_show(p.opts, self.auto_ctx, row, retries), p)
+            for p in [*self.flight.values(), *self.ended]
+        ]
         best = max((fit for fit, _ in fits), default=Fit.NO)
-        if best is Fit.MAYBE and row.context_length in self.asked:
-            return []
         return sorted((p for fit, p in fits if fit is best > Fit.NO), key=lambda p: p.started)
 
     def explains(self, row: LoadedModel, retries: bool) -> bool:
-        """Whether the options of the request that loaded the runner explain `row` better
-        than a request that ended since the last read (a reload no reply showed)."""
+        """Whether the options of the request that loaded the runner explain `row` as well
+        as those of any request that ended since the last read (a reload no reply showed)."""
         fit = may_show(self.opts, self.auto_ctx, row, retries)
-        return fit is Fit.SURE or (fit is Fit.MAYBE and row.context_length not in self.asked)
+        if fit is Fit.SURE:
+            return True
+        later = (may_show(p.opts, self.auto_ctx, row, retries) for p in self.ended)
+        return fit is Fit.MAYBE and Fit.SURE not in later
 
-    def ask(self, opts: dict[str, Any]) -> None:
-        """A request that asked for these runner options ended."""
-        if (ctx := opts.get("num_ctx")) is not None and len(self.asked) < ASKS_KEPT:
-            self.asked.add(ctx)
+    def end(self, p: Pending) -> None:
+        """`p` ended: kept until the next read when it may have loaded the runner (the
+        proxy foresaw a load, or it set a num_ctx that a read can tell apart)."""
+        may_load = not p.resident or p.changes or p.expiring or "num_ctx" in p.opts
+        if may_load and len(self.ended) < ENDED_KEPT:
+            self.ended.append(p)
 
 
 def may_show(

@@ -177,7 +177,7 @@ class LoadTracker(LoadBook):
         runner = self._runners.of(p.key, p.model)
         runner.flight.pop(p.id, None)
         runner.last_end = time.time()
-        runner.ask(p.opts)
+        runner.end(p)
         event = None
         load = ex.usage.load_duration if ex.usage is not None else 0
         long_load_reply = ex.done_reason == "load" and (ex.duration or 0.0) * 1e9 > COLD_START_NS

@@ -228,11 +228,15 @@ def test_a_row_another_request_reloaded_is_not_the_waiting_requests_load(rig: Ri
     v0.30.0), so it is no reduction, and the waiting request's context is not that row's."""
     rig.end(rig.start(A), 2.0)
     rig.ps({A: 4096})
-    rig.end(rig.start(A, options={"num_ctx": 2048}), 0.05)
+    reloader = rig.start(A, options={"num_ctx": 2048}, client="10.0.0.7")
+    rig.end(reloader, 0.05)
     waiting = rig.start(A)
     rig.ps({A: 2048})
     event = rig.tracker.events[-1]
-    assert (event.request, event.reduced_from, event.context_length) == (None, None, 2048)
+    assert (event.request, event.address, str(event.cause)) == (
+        reloader.id, "10.0.0.7", "options_changed",
+    )  # fmt: skip
+    assert (event.reduced_from, event.context_length) == (None, 2048)
     assert rig.value("context_reduced_total", model=A) == 0
     assert rig.tracker.stale_row(waiting)
     rig.end(waiting)
@@ -254,16 +258,18 @@ def test_an_explicit_request_waiting_is_not_the_loader_of_another_context(rig: R
     assert rig.tracker.stale_row(waiting)
 
 
-def test_a_row_a_request_that_ended_asked_for_is_its_reload_not_a_guess(rig: Rig) -> None:
+def test_a_row_a_request_that_ended_asked_for_is_its_reload(rig: Rig) -> None:
     """While no automatic context was seen, a request without num_ctx could be listed with
     any: a row with the num_ctx a request that ended since the last read asked for is that
-    request's reload (no reply showed it), not the waiting one's, nor the replied load's."""
+    request's reload (no reply showed it: it is the trigger), not the waiting one's, nor
+    the load a reply showed before it."""
     rig.ps({A: 4096})  # resident before the proxy started: its options unknown
     rig.ps({A: 4096})
-    rig.end(rig.start(A, options={"num_ctx": 2048}), 0.05)
+    reloader = rig.start(A, options={"num_ctx": 2048})
+    rig.end(reloader, 0.05)
     waiting = rig.start(A)
     rig.ps({A: 2048})
-    assert rig.tracker.events[-1].request is None
+    assert rig.tracker.events[-1].request == reloader.id
     assert rig.tracker.stale_row(waiting)
     rig.end(waiting, 2.0)  # its own reload, which the reply shows
     rig.end(rig.start(A, options={"num_ctx": 3072}), 0.05)
