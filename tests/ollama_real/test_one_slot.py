@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from tests.conftest import Proxy
-from tests.ollama_real.conftest import MODEL, Ollama, call
+from tests.ollama_real.conftest import BOTH_RELEASES, MODEL, Ollama, call
 from tests.support.metrics import hist, settled
 from tests.support.records import records
 
@@ -58,6 +58,7 @@ def body(num_predict: int, stream: bool) -> dict[str, Any]:
     return {"model": MODEL, "prompt": PROMPT, "options": options, "stream": stream}
 
 
+@BOTH_RELEASES
 async def test_the_second_client_waits_for_the_first_and_the_proxy_says_how_long(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
@@ -101,6 +102,7 @@ async def test_the_second_client_waits_for_the_first_and_the_proxy_says_how_long
     assert by_client["first"]["queue_wait"] < 0.1 * waited
 
 
+@BOTH_RELEASES
 async def test_a_client_that_leaves_stops_the_generation(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
