@@ -6,8 +6,12 @@ final `created_at` less its `total_duration` (the handler's first instant, `chec
 server/routes.go), and a chunk's `created_at` is stamped as the runner hands it over. In
 Ollama 0.24 a request for a loaded model waits in the runner's semaphore (`llmServer.sem`,
 llm/server.go, sized by OLLAMA_NUM_PARALLEL) and then in the runner's own (`seqsSem`,
-runner/ollamarunner/runner.go); both waits fall in no phase Ollama reports, so they are what
-the proxy calls queue wait: total − load − prompt_eval − eval.
+runner/ollamarunner/runner.go); in v0.30.0 in `llamaServerRunner.sem` (llm/llama_server.go
+:795, taken in `Completion` :1290, sized by OLLAMA_NUM_PARALLEL) and then in llama-server's
+one slot (`-np` :340). Either way the waits fall in no phase Ollama reports, so they are what
+the proxy calls queue wait: total − load − prompt_eval − eval. A client that leaves cancels
+the handler's context: 0.24 drops the sequence, v0.30.0 closes its request to llama-server
+(`NewRequestWithContext` :1379, `ctx.Done()` in the stream loop :1421), which stops the task.
 """
 
 from __future__ import annotations
