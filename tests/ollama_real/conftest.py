@@ -3,7 +3,8 @@
 `make unit` builds or reuses Ollama (tests/ollama_real/provision.py) and names its binaries
 (v0.24.0, the Go runner's era, and v0.30.0, llama-server's), the two GGUFs and ollama-js in
 OLLAMA_TAP_TEST_OLLAMA, OLLAMA_TAP_TEST_OLLAMA_CURRENT, OLLAMA_TAP_TEST_GGUF,
-OLLAMA_TAP_TEST_GGUF_SECOND and OLLAMA_TAP_TEST_OLLAMA_JS; with those set, a missing build
+OLLAMA_TAP_TEST_GGUF_SECOND and OLLAMA_TAP_TEST_OLLAMA_JS, and an embedding GGUF, imported
+only where a test asks for it, in OLLAMA_TAP_TEST_GGUF_EMBED; with those set, a missing build
 fails the tier. Run without them (a bare `pytest`), the tier is skipped, saying so.
 
 `real_ollama` is v0.24.0 unless a test asks for both releases (`BOTH_RELEASES`): the whole
@@ -37,6 +38,7 @@ from tests.conftest import MakeProxy, Proxy
 from tests.ollama_real.provision import (
     CURRENT,
     CURRENT_VAR,
+    EMBED_VAR,
     GGUF_VAR,
     JS_VAR,
     OLLAMA,
@@ -49,6 +51,7 @@ from tests.support.serve_process import ADMIN_TOKEN, free_port
 
 # Read at import: the suite's isolation fixture clears every OLLAMA_TAP_* variable per test.
 _GGUF, _SECOND, _JS = (os.environ.get(v) for v in (GGUF_VAR, SECOND_VAR, JS_VAR))
+_EMBED: Final = os.environ.get(EMBED_VAR)
 _BINARIES: Final = {OLLAMA: os.environ.get(OLLAMA_VAR), CURRENT: os.environ.get(CURRENT_VAR)}
 _VARS: Final = {OLLAMA: OLLAMA_VAR, CURRENT: CURRENT_VAR}
 
@@ -56,6 +59,9 @@ MODEL: Final = "gemma3:270m"
 """The first model: the GGUF as assembled."""
 SECOND: Final = "gemma3-second:270m"
 """The same weights in another blob (its `general.name` rewritten): a runner of its own."""
+EMBEDDER: Final = "gemma3-embed:270m"
+"""The same weights with mean pooling declared: an embedding model to v0.30.0 (imported only
+by the tests that ask for it, `embedder`)."""
 GREEDY: Final = {"temperature": 0, "seed": 7, "num_predict": 12}
 """Options that make a reply the same every time it is asked."""
 AUTH: Final = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -214,6 +220,17 @@ def real_ollama(
         _create(server, MODEL, first, home)
         _create(server, SECOND, second, home)
         yield server
+
+
+@pytest.fixture(scope="session")
+def embedder(real_ollama: Ollama, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """EMBEDDER imported into the session's Ollama (tests/ollama_real/embedding_gguf.py); a
+    missing file fails the test, naming `make ollama`."""
+    _paths(real_ollama.version)
+    if not _EMBED or not Path(_EMBED).is_file():
+        pytest.fail(f"the embedding GGUF is missing ({EMBED_VAR}={_EMBED}): `make ollama`")
+    _create(real_ollama, EMBEDDER, Path(_EMBED), tmp_path_factory.mktemp("embedder"))
+    return EMBEDDER
 
 
 @pytest.fixture

@@ -8,8 +8,10 @@ install` of the module gives a whole CPU Ollama; and v0.30.0, the first that run
 llama.cpp build folder (docs/real-engine.md says what that takes). The model is the Gemma 3
 270M GGUF that tests/engine/provision.py assembles, and a second file with the same weights
 and a rewritten `general.name`, so its digest (Ollama's blob, and so its runner) differs:
-with OLLAMA_MAX_LOADED_MODELS=1 one evicts the other. ollama-js, the official JavaScript client,
-is installed from npm beside them, for the tier to run unchanged through the proxy.
+with OLLAMA_MAX_LOADED_MODELS=1 one evicts the other; and a third with `gemma3.pooling_type`
+set, an embedding model to v0.30.0 (tests/ollama_real/embedding_gguf.py). ollama-js, the
+official JavaScript client, is installed from npm beside them, for the tier to run unchanged
+through the proxy.
 
 Everything lives under `${OLLAMA_TAP_TEST_CACHE:-~/.cache/ollama-tap-tests}`, in folders named
 by version; every step is skipped when its result is there, and `go install` is a no-op on a
@@ -44,6 +46,8 @@ GGUF_PY: Final = "0.19.0"
 """The `gguf` package (llama.cpp's gguf-py) whose gguf-new-metadata writes the second model."""
 SECOND_NAME: Final = "gemma3-270m-second"
 """The `general.name` of the second GGUF: what makes its bytes, and so its digest, differ."""
+EMBED_NAME: Final = "gemma3-270m-embed"
+"""The `general.name` of the embedding GGUF."""
 
 NATIVE: Final = {"CGO_CFLAGS": "-O3 -march=native", "CGO_CXXFLAGS": "-O3 -march=native"}
 """Tuned for this machine's CPU, as the engine's llama-server is (GGML_NATIVE): Ollama's cgo
@@ -53,6 +57,7 @@ baseline x86-64 (SSE2), and Gemma 3 270M then decodes at about a token a second 
 OLLAMA_VAR: Final = "OLLAMA_TAP_TEST_OLLAMA"
 CURRENT_VAR: Final = "OLLAMA_TAP_TEST_OLLAMA_CURRENT"
 SECOND_VAR: Final = "OLLAMA_TAP_TEST_GGUF_SECOND"
+EMBED_VAR: Final = "OLLAMA_TAP_TEST_GGUF_EMBED"
 GGUF_VAR: Final = engine.GGUF_VAR
 JS_VAR: Final = "OLLAMA_TAP_TEST_OLLAMA_JS"
 OLLAMA_JS: Final = "0.6.4"
@@ -167,6 +172,25 @@ def second_gguf(root: Path, first: Path) -> Path:
     return target
 
 
+def embed_gguf_path(root: Path) -> Path:
+    return root / f"gguf-embed-{GGUF_PY}" / "gemma-3-270m-embed.gguf"
+
+
+def embed_gguf(root: Path, first: Path) -> Path:
+    """The same weights with mean pooling declared: an embedding model to Ollama v0.30.0."""
+    target = embed_gguf_path(root)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        partial = Path(tmp, target.name)
+        env = STEPS.scratch_packages(Path(tmp, "packages"), f"gguf=={GGUF_PY}")
+        script = Path(__file__).with_name("embedding_gguf.py")
+        STEPS.run(sys.executable, script, first, partial, EMBED_NAME, env=env)
+        partial.replace(target)
+    return target
+
+
 def ollama_js_path(root: Path) -> Path:
     """The `node_modules` folder that holds ollama-js (NODE_PATH for a script that needs it)."""
     return root / f"ollama-js-{OLLAMA_JS}" / "node_modules"
@@ -191,13 +215,14 @@ def ollama_js(root: Path) -> Path:
 
 
 def paths(root: Path) -> dict[str, Path]:
-    """The binaries, the two models and ollama-js, by the variable that names each for
+    """The binaries, the three models and ollama-js, by the variable that names each for
     pytest."""
     return {
         OLLAMA_VAR: ollama_path(root),
         CURRENT_VAR: ollama_path(root, CURRENT),
         GGUF_VAR: engine.gguf_path(root),
         SECOND_VAR: second_gguf_path(root),
+        EMBED_VAR: embed_gguf_path(root),
         JS_VAR: ollama_js_path(root),
     }
 
@@ -218,6 +243,7 @@ def provision(root: Path) -> None:
         build_ollama(root, vendor, CURRENT)
         install_runner(root, CURRENT)
         second_gguf(root, first)
+        embed_gguf(root, first)
         ollama_js(root)
 
 

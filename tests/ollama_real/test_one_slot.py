@@ -6,8 +6,12 @@ final `created_at` less its `total_duration` (the handler's first instant, `chec
 server/routes.go), and a chunk's `created_at` is stamped as the runner hands it over. In
 Ollama 0.24 a request for a loaded model waits in the runner's semaphore (`llmServer.sem`,
 llm/server.go, sized by OLLAMA_NUM_PARALLEL) and then in the runner's own (`seqsSem`,
-runner/ollamarunner/runner.go); both waits fall in no phase Ollama reports, so they are what
-the proxy calls queue wait: total − load − prompt_eval − eval.
+runner/ollamarunner/runner.go); in v0.30.0 in `llamaServerRunner.sem` (llm/llama_server.go
+:795, taken in `Completion` :1290, sized by OLLAMA_NUM_PARALLEL) and then in llama-server's
+one slot (`-np` :340). Either way the waits fall in no phase Ollama reports, so they are what
+the proxy calls queue wait: total − load − prompt_eval − eval. A client that leaves cancels
+the handler's context: 0.24 drops the sequence, v0.30.0 closes its request to llama-server
+(`NewRequestWithContext` :1379, `ctx.Done()` in the stream loop :1421), which stops the task.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import orjson
 import pytest
 
 from tests.conftest import Proxy
-from tests.ollama_real.conftest import MODEL, Ollama, call
+from tests.ollama_real.conftest import BOTH_RELEASES, MODEL, Ollama, call
 from tests.support.metrics import hist, settled
 from tests.support.records import records
 
@@ -58,6 +62,7 @@ def body(num_predict: int, stream: bool) -> dict[str, Any]:
     return {"model": MODEL, "prompt": PROMPT, "options": options, "stream": stream}
 
 
+@BOTH_RELEASES
 async def test_the_second_client_waits_for_the_first_and_the_proxy_says_how_long(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
@@ -101,6 +106,7 @@ async def test_the_second_client_waits_for_the_first_and_the_proxy_says_how_long
     assert by_client["first"]["queue_wait"] < 0.1 * waited
 
 
+@BOTH_RELEASES
 async def test_a_client_that_leaves_stops_the_generation(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:

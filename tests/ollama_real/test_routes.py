@@ -127,7 +127,14 @@ async def test_a_native_route_through_the_proxy_is_the_route_direct(
     if path == "/api/generate" and body.get("stream") is False:
         final = direct.json()
         assert final["context"], "both eras return the context of a /api/generate reply"
-        assert final["prompt_eval_count"] == 4  # <bos>, "The", " sky", " is"
+        prompt = len(final["context"]) - final["eval_count"]
+        if real_ollama.llama_server:
+            # The prompt tokenized without <bos> (llama-server's /tokenize), the count only
+            # what llama-server did not find cached: 4 run alone, 3 after the rest of the
+            # tier's v0.30.0 tests (one token, <bos>, reused from its cache).
+            assert prompt == 3 and final["prompt_eval_count"] in (3, 4), (prompt, final)
+        else:
+            assert final["prompt_eval_count"] == 4  # <bos>, "The", " sky", " is"
 
 
 @BOTH_RELEASES

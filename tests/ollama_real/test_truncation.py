@@ -5,6 +5,11 @@ front of the rest dropped: runner/ollamarunner/runner.go `NewSequence`); v0.30.0
 C − 1 before llama-server sees it (llm/llama_server.go `completionPromptForRequest`: "keep
 one token of headroom"). `/api/generate`'s `context` is tokenized from the whole prompt, so
 the gap tells how many were lost. The proxy picks the era's rules from /api/version.
+
+`/api/embed` runs on v0.30.0 only, with an embedding model (`embedder`: the same Gemma with
+mean pooling declared): v0.24.0 gives this Gemma no embeddings (501), and loads the pooled
+one as EmbeddingGemma, whose dense projection this GGUF lacks (its runner panics in
+model/models/gemma3/embed.go).
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ import random
 from typing import Any, Final
 
 import orjson
+import pytest
 
 from tests.conftest import Proxy
 from tests.ollama_real.conftest import BOTH_RELEASES, MODEL, Ollama, call
+from tests.ollama_real.provision import CURRENT
 from tests.support.metrics import settled
 from tests.support.records import records
 
@@ -23,6 +30,8 @@ C: Final = 256
 """A small runtime context: prompts over it are quick to make and to evaluate."""
 LONG: Final = " ".join(f"item{i}" for i in range(400))
 """Well over C tokens of Gemma's vocabulary."""
+BATCH: Final = 128
+"""An embedding batch (num_batch) well under an input that fits C."""
 
 
 def truncations(proxy: Proxy) -> float:
@@ -141,6 +150,63 @@ async def test_truncate_false_is_refused_and_t3_says_so(tapped: Proxy, real_olla
     assert reply.status == 400, reply.body
     found = await verdict(tapped)
     assert found is not None and (found["rule"], found["kind"]) == ("T3", "refused")
+
+
+CURRENT_ONLY: Final = pytest.mark.parametrize("real_ollama", [CURRENT], indirect=True)
+
+
+async def embed(proxy: Proxy, model: str, text: str, **fields: Any) -> tuple[int, Any]:
+    reply = await call(proxy.url, "POST", "/api/embed", {"model": model, "input": text, **fields})
+    return reply.status, reply.json()
+
+
+@CURRENT_ONLY
+async def test_an_embedding_input_over_c_is_cut_and_t9_says_so(
+    tapped: Proxy, real_ollama: Ollama, embedder: str
+) -> None:
+    """v0.30.0 cuts an input over C to its first C tokens less the specials llama-server
+    adds back (server/routes.go `EmbedHandler`, `truncateInput`, `adjustTokenLimit`), so
+    the count lands within 2 of C, and T9 says so; the loss itself is not in the reply
+    (T9 counts none). With `truncate: false` the same input is refused, 400, T3."""
+    options = {"num_ctx": C}
+    status, reply = await embed(tapped, embedder, LONG, options=options)
+    assert status == 200 and len(reply["embeddings"]) == 1, reply
+    assert C - 2 <= reply["prompt_eval_count"] <= C
+    status, refusal = await embed(tapped, embedder, LONG, options=options, truncate=False)
+    assert (status, refusal) == (400, {"error": "the input length exceeds the context length"})
+    await settled(tapped)
+    refused, cut = (r["truncation"] for r in await records(tapped, 2))
+    assert cut is not None and (cut["rule"], cut["kind"], cut["context"]) == (
+        "T9",
+        "embed_truncated",
+        C,
+    )
+    assert (cut["prompt_tokens"], cut["tokens_lost"]) == (reply["prompt_eval_count"], None)
+    assert refused is not None and (refused["rule"], refused["kind"]) == ("T3", "refused")
+
+
+@CURRENT_ONLY
+async def test_an_embedding_input_over_num_batch_is_retried_cut_and_t9_says_so(
+    tapped: Proxy, real_ollama: Ollama, embedder: str
+) -> None:
+    """An input that fits C but not the batch: v0.30.0 starts llama-server with `-b`/`-ub`
+    = num_batch for an embedding model (llm/llama_server.go `appendBatchArgs`,
+    `embeddingBatchSize`), llama-server refuses the input, Ollama turns that into a 400
+    (`normalizeEmbeddingError`) and retries it cut to the batch (server/routes.go
+    `embedWithRetry`, `truncateInputToLimit(text, opts.NumBatch)`): P lands within 2 of B
+    and T9 names the batch. At the default batch (min(2048, C)) it fits: no verdict."""
+    text = " ".join(f"item{i}" for i in range(100))  # ~290 tokens
+    options: dict[str, Any] = {"num_ctx": 1024}
+    status, whole = await embed(tapped, embedder, text, options=options)
+    assert status == 200 and whole["prompt_eval_count"] > 2 * BATCH
+    status, cut = await embed(tapped, embedder, text, options={**options, "num_batch": BATCH})
+    assert status == 200 and BATCH - 2 <= cut["prompt_eval_count"] <= BATCH
+    await settled(tapped)
+    retried, fitted = (r["truncation"] for r in await records(tapped, 2))
+    assert fitted is None
+    assert retried is not None and (retried["rule"], retried["context"]) == ("T9", 1024)
+    assert retried["prompt_tokens"] == cut["prompt_eval_count"]
+    assert f"num_batch {BATCH}" in retried["explanation"]
 
 
 async def test_ordinary_requests_get_no_verdict(tapped: Proxy, real_ollama: Ollama) -> None:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from tests.conftest import Proxy
-from tests.ollama_real.conftest import GREEDY, MODEL, Ollama, call
+from tests.ollama_real.conftest import BOTH_RELEASES, GREEDY, MODEL, Ollama, call
 from tests.support.metrics import settled
 from tests.support.records import records
 
@@ -107,6 +107,7 @@ async def first_token(conn: Timed, base: str, body: dict[str, Any], name: str) -
     raise AssertionError(f"no token in {bytes(reply)[:300]!r}")
 
 
+@BOTH_RELEASES
 async def test_the_recorded_ttft_is_the_clients_stopwatch(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
