@@ -92,6 +92,8 @@ class LoadBook:
         for key, runner in list(self._runners.items()):
             if runner.resident and key not in rows:
                 self._gone(key, runner, now, mono, loaders)
+            if key not in rows:
+                runner.unloading_until = 0.0  # unloaded: a listing from now on is a load
         for key, row in rows.items():
             runner = self._runners[key]
             fresh = runner.fresh

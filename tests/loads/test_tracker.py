@@ -203,3 +203,20 @@ def test_a_request_that_arrives_during_a_reload_waits_for_it(rig: Rig) -> None:
         [behind.id],
         "num_ctx 4096 → 8192",
     )
+
+
+def test_a_sub_second_load_is_triggered_by_the_request_that_ended_before_the_read(
+    rig: Rig,
+) -> None:
+    """A load under a second shows in no reply: the next /api/ps read lists the runner after
+    its request ended, and that request is still its trigger, with its client."""
+    rig.end(rig.start(A), 2.0)
+    rig.ps({A: 4096})
+    rig.end(rig.start(A, keep_alive=0, client="10.0.0.3"))
+    rig.ps({})
+    dave = rig.start(A, client="10.0.0.4")
+    rig.end(dave, 0.2)
+    rig.ps({A: 4096})
+    event = rig.tracker.events[-1]
+    assert (str(event.cause), event.request, event.address) == ("unloaded", dave.id, "10.0.0.4")
+    assert event.departure is not None and event.departure.by_request is not None

@@ -123,22 +123,13 @@ async def test_identical_requests_reuse_the_runner_with_one_load(
     assert [e["cause"] for e in events] == ["first_load"], (events, slow)
 
 
-SUB_SECOND_RELOAD: Final = pytest.mark.xfail(
-    strict=False,
-    reason="disagreement, timing-dependent (failed 2 runs in 7): Gemma reloads in under the 1 s "
-    "that makes a reply a cold start, so the proxy sees the load only in /api/ps; when no read "
-    "lands while the request is in flight, the event has no trigger (client None)",
-)
-"""v0.24.0 only: v0.30.0 starts a llama-server process and reads the GGUF without mmap, a
-reload of several seconds on this box, which the reply itself shows."""
-
-
-@pytest.mark.parametrize(
-    "real_ollama", [pytest.param(OLLAMA, marks=SUB_SECOND_RELOAD), CURRENT], indirect=True
-)
+@BOTH_RELEASES
 async def test_keep_alive_zero_unloads_and_the_next_load_says_who(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
+    """On v0.24.0 Gemma reloads in under the second that makes a reply a cold start: the
+    proxy sees the load only in the next /api/ps read, after the request ended, and names
+    that request as its trigger (rule L0)."""
     await generate(tapped, MODEL, "alice")
     await load_event(tapped, MODEL, "first_load")
     unloading = {"model": MODEL, "keep_alive": 0}
