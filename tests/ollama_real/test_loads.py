@@ -17,7 +17,7 @@ OLLAMA_MAX_LOADED_MODELS limit a new model unloads the idle one (sched.go:261-26
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any
 
 import aiohttp
 import pytest
@@ -25,7 +25,6 @@ import pytest
 from ollama_tap.app import LOADS, POLLER
 from tests.conftest import MakeProxy, Proxy
 from tests.ollama_real.conftest import AUTH, BOTH_RELEASES, MODEL, SECOND, Ollama, call
-from tests.ollama_real.provision import CURRENT, OLLAMA
 from tests.support.waiting import eventually
 
 WITHIN = 60.0
