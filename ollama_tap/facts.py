@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -58,25 +58,64 @@ class Verdict:
         }
 
 
-ModelFactsRow = tuple[str, int | None, bool, int | None]
-"""A model's family, training context, vision and Modelfile num_keep, per /api/show
-(ollama_tap/ollama/options.py `ModelFacts` takes them in this order)."""
-NO_FACTS: ModelFactsRow = ("", None, False, None)
+class ModelFacts:
+    """What /api/show told about a model that its runner options depend on (the load
+    tracker's L2, the truncation rules' C). Never changed once made: the poller's
+    `ShownModels` makes one per model shown and hands that one to every exchange of the
+    model. A plain class, not a frozen dataclass: a frozen dataclass's `__init__` runs
+    interpreted even in a compiled caller, some 6,000 instructions an exchange."""
+
+    __slots__ = ("family", "num_keep", "train_ctx", "vision")
+
+    def __init__(
+        self,
+        family: str = "",
+        train_ctx: int | None = None,
+        vision: bool = False,
+        num_keep: int | None = None,
+    ) -> None:
+        self.family = family
+        self.train_ctx = train_ctx
+        """The training context (`<arch>.context_length`), None when not shown."""
+        self.vision = vision
+        self.num_keep = num_keep
+        """The Modelfile's `PARAMETER num_keep` (truncation, not reloads)."""
+
+    def _fields(self) -> tuple[str, int | None, bool, int | None]:
+        return self.family, self.train_ctx, self.vision, self.num_keep
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModelFacts) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "ModelFacts(family={!r}, train_ctx={!r}, vision={!r}, num_keep={!r})".format(
+            *self._fields()
+        )
 
 
-@dataclass(frozen=True, slots=True)
+NO_FACTS: Final = ModelFacts()
+"""What is known of a model /api/show has not told about (or not yet)."""
+
+
 class Standing:
     """What one box's poller knew of an exchange's model beyond /api/ps when the exchange
     was analysed (`UpstreamPoller.standing`, one lookup): the load tracker reads it at
     `request`, the truncation rules at `response`. Not the /api/ps row: a read between the
     request and its end may list a runner an earlier request loaded, and the rules judge by
-    the row as the end finds it."""
+    the row as the end finds it. Made once per exchange and never changed (a plain class
+    for the reason `ModelFacts` is one)."""
 
-    digest: str | None
-    """The manifest digest per /api/tags (else /api/ps); None while unknown."""
-    facts: ModelFactsRow
-    version: str | None
-    """Ollama's version per /api/version; None before the first read."""
+    __slots__ = ("digest", "facts", "version")
+
+    def __init__(self, digest: str | None, facts: ModelFacts, version: str | None) -> None:
+        self.digest = digest
+        """The manifest digest per /api/tags (else /api/ps); None while unknown."""
+        self.facts = facts
+        self.version = version
+        """Ollama's version per /api/version; None before the first read."""
 
 
 class LoadRole(enum.StrEnum):

@@ -110,7 +110,11 @@ class Boxes:
         self.first.poller.poke_ps(then)
 
     def digest_of(self, model: str | None) -> str | None:
-        return next((d for b in self.boxes if (d := b.poller.digest_of(model))), None)
+        # A loop, not next() over a generator: the recorder asks once per exchange.
+        for box in self.boxes:
+            if digest := box.poller.digest_of(model):
+                return digest
+        return None
 
     def version_of(self, ex: Exchange) -> str | None:
         box = self.by_name.get(ex.box)

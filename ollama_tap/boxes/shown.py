@@ -7,6 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from ollama_tap.facts import NO_FACTS, ModelFacts
 from ollama_tap.ollama.state import LocalModel, Shown
 
 SHOW_RETRY: Final = 300.0
@@ -24,16 +25,16 @@ class ShownModels:
         self._train: dict[str, tuple[int | None, bool, int | None, str | None]] = {}
         """Training context (`<arch>.context_length` of /api/show), whether `capabilities`
         holds "vision", num_keep and the weights' blob, by digest cache key."""
+        self._facts: dict[str, ModelFacts] = {}
+        """What `facts` answers, made from the two above when a model is shown."""
         self._info: dict[str, tuple[str, str, str, str]] = {}
         self._retry: dict[str, float] = {}
 
-    def facts(self, key: str, local: LocalModel) -> tuple[str, int | None, bool, int | None]:
+    def facts(self, key: str, local: LocalModel) -> ModelFacts:
         """The family, the training context, whether it is a vision model and its
-        Modelfile's num_keep ("", None, False, None when not shown)."""
-        cache_key = local.digest or f"name:{key}"
-        details = self._shown.get(cache_key)
-        train, vision, keep, _ = self._train.get(cache_key, (None, False, None, None))
-        return (details[0] if details else ""), train, vision, keep
+        Modelfile's num_keep (NO_FACTS when not shown): one object per model shown, asked
+        for every exchange."""
+        return self._facts.get(local.digest or f"name:{key}", NO_FACTS)
 
     def runner_key(self, digest: str | None) -> str | None:
         """A digest's runner key: names on one weights' blob (its /api/show `modelfile` FROM)
@@ -58,12 +59,15 @@ class ShownModels:
                     continue
                 details, self._train[cache_key] = shown
                 self._shown[cache_key] = details
+                train, vision, keep, _ = shown[1]
+                self._facts[cache_key] = ModelFacts(details[0], train, vision, keep)
             self._set_info(key, (local.label, *details))
         for key in self._info.keys() - tags.keys():
             self.model_info.remove(*self._info.pop(key))
         current = {t.digest or f"name:{k}" for k, t in tags.items()}
         self._shown = {k: v for k, v in self._shown.items() if k in current}
         self._train = {k: v for k, v in self._train.items() if k in current}
+        self._facts = {k: v for k, v in self._facts.items() if k in current}
         self._retry = {k: v for k, v in self._retry.items() if k in current}
 
     def _set_info(self, key: str, labels: tuple[str, str, str, str]) -> None:

@@ -49,32 +49,41 @@ class Fit(IntEnum):
     SURE = 2
 
 
-@dataclass(slots=True)
 class Pending:
-    """A request in flight, as the tracker saw the runner when it arrived."""
+    """A request in flight, as the tracker saw the runner when it arrived. One per tracked
+    exchange: a plain class, as its `__init__` compiles (a dataclass's is generated at
+    import and runs interpreted, some 5,000 instructions an exchange)."""
 
-    id: str
-    key: str
-    model: str
-    client: str
-    """The client's name (Exchange.client_name), "" when no observer named it."""
-    address: str
-    endpoint: str
-    started: float
-    wall: float
-    opts: dict[str, Any]
-    resident: bool
-    """The runner was resident (and not idle past its expiry) when the request arrived."""
-    changes: list[Change] = field(default_factory=list)
-    """The predicted reload's fields (L2 applied before forwarding)."""
-    behind: bool = False
-    """It arrived while its runner was away with requests in flight (a load under way)."""
-    manifest: str | None = None
-    """The model's manifest digest (/api/tags) when it arrived, None while unknown."""
-    expiring: bool = False
-    """Its runner was idle with an `expires_at` within SLACK of its arrival: too close to call
-    it gone (it may still be reused), but if it loads, its keep_alive ran out (L1)."""
-    """The app's name (X-Ollama-Tap-Client or a --client rule), "" when it has none."""
+    __slots__ = (
+        "address", "behind", "changes", "client", "endpoint", "expiring", "id", "key",
+        "manifest", "model", "opts", "resident", "started", "wall",
+    )  # fmt: skip
+
+    def __init__(
+        self, id: str, key: str, model: str, client: str, address: str, endpoint: str,
+        started: float, wall: float, opts: dict[str, Any], resident: bool,
+    ) -> None:  # fmt: skip
+        self.id = id
+        self.key = key
+        self.model = model
+        self.client = client
+        """The client's name (Exchange.client_name), "" when no observer named it."""
+        self.address = address
+        self.endpoint = endpoint
+        self.started = started
+        self.wall = wall
+        self.opts = opts
+        self.resident = resident
+        """The runner was resident (and not idle past its expiry) when the request arrived."""
+        self.changes: list[Change] = []
+        """The predicted reload's fields (L2 applied before forwarding)."""
+        self.behind = False
+        """It arrived while its runner was away with requests in flight (a load under way)."""
+        self.manifest: str | None = None
+        """The model's manifest digest (/api/tags) when it arrived, None while unknown."""
+        self.expiring = False
+        """Its runner was idle with an `expires_at` within SLACK of its arrival: too close to
+        call it gone (it may still be reused), but if it loads, its keep_alive ran out (L1)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from ollama_tap.cloud import is_cloud_model
 from ollama_tap.exchange import Exchange, Outcome
-from ollama_tap.facts import LoadFact, LoadRole, Standing
+from ollama_tap.facts import LoadFact, LoadRole, ModelFacts, Standing
 from ollama_tap.hooks import Phase
 from ollama_tap.loads.book import LoadBook, log
 from ollama_tap.loads.events import Cause, Departure, LoadEvent
@@ -36,7 +36,6 @@ from ollama_tap.names import ModelLabels
 from ollama_tap.ollama import EMBEDDING_ENDPOINTS, INFERENCE_ENDPOINTS
 from ollama_tap.ollama.options import (
     Change,
-    ModelFacts,
     is_zero_keep_alive,
     reload_changes,
     runner_options,
@@ -100,8 +99,7 @@ class LoadTracker(LoadBook):
     ) -> tuple[str, dict[str, Any], Runner | None]:
         """The runner's key, the runner options the request asks for, and the runner."""
         key = self._runners.key_of(self.upstream, model, standing.digest)
-        facts = ModelFacts(*standing.facts)
-        version = standing.version
+        facts, version = standing.facts, standing.version
         opts = known.get((facts, version)) if known is not None else None
         if opts is None:
             native = reads_runner_fields(ex.endpoint)  # /v1 bodies' options are ignored
@@ -167,8 +165,8 @@ class LoadTracker(LoadBook):
         runner = self._runners.get(self._runners.key_of(self.upstream, model, standing.digest))
         if runner is None or not runner.resident or runner.expired_idle(time.time()):
             return []
-        facts = ModelFacts(*standing.facts)
-        return self._changes(runner, self._options(facts, standing.version, options, body, True))
+        opts = self._options(standing.facts, standing.version, options, body, True)
+        return self._changes(runner, opts)
 
     def response(self, ex: Exchange) -> None:
         p: Pending | None = ex.metadata.pop(NAME, None)

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import orjson
 
+from ollama_tap.facts import ModelFacts
 from ollama_tap.ollama.payloads import count_or_none
 from ollama_tap.ollama.version import LLAMA_SERVER, Version
 
@@ -59,17 +60,6 @@ def shift_field(body: bytes | None) -> bool | None:
         return None
     value = data.get("shift") if isinstance(data, dict) else None
     return value if isinstance(value, bool) else None
-
-
-@dataclass(frozen=True, slots=True)
-class ModelFacts:
-    """What /api/show told about a model that its runner options depend on."""
-
-    family: str = ""
-    train_ctx: int | None = None
-    vision: bool = False
-    num_keep: int | None = None
-    """The Modelfile's `PARAMETER num_keep` (truncation, not reloads)."""
 
 
 def runner_options(

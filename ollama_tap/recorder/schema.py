@@ -98,6 +98,13 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE records ADD COLUMN route TEXT",
         "CREATE INDEX records_box ON records(box, seq)",
     ),
+    # v12: no index on ollama_version. SQLite's planner never chose it for the reads that
+    # filter by version (`upgrade-check`, ollama_tap/upgrade/samples.py: the newest version
+    # scans from the newest row, a version's records go by records_outcome), while every
+    # insert paid for it, one more page written to the WAL per commit: about 10,000
+    # instructions a record (docs/performance-log.md, 2026-12-07, "one index less").
+    # PostgreSQL keeps its own: there the index costs the server, not the proxy.
+    ("DROP INDEX IF EXISTS records_ollama_version",),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -4,7 +4,6 @@ Ollama source (and versions) each follows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from ollama_tap.ollama.version import LLAMA_SERVER, Version
@@ -23,25 +22,36 @@ waiting for its health check cannot take under 20 ms. A busy queue can exceed it
 a load: that only makes C unknown, never wrong."""
 
 
-@dataclass(frozen=True, slots=True)
 class Runtime:
-    """What the rules need beyond the exchange."""
+    """What the rules need beyond the exchange. Made once per exchange and never changed:
+    a plain class, as its `__init__` compiles (a frozen dataclass's is generated at import
+    and runs interpreted, some 7,500 instructions an exchange)."""
 
-    context: int | None
-    """C: the runtime context the request ran with, None when unknown."""
-    version: Version | None
-    """Ollama's version per /api/version; None (not read yet, or a `0.0.0` source build)
-    is taken as current."""
-    train: int | None = None
-    """The model's training context (/api/show), which caps llama-server's padded slot."""
-    soft: bool = False
-    """C is an MLX runner's soft `num_ctx` (/api/ps `details.format` "safetensors", Ollama
-    v0.30.11+, `x/mlxrunner/client.go` `reportedContextLength`): the runner enforces the
-    model's maximum, never truncates and never shifts (`x/mlxrunner/pipeline.go`), so only
-    the refusal rule applies."""
-    num_keep: int | None = None
-    """The model's Modelfile `num_keep` (/api/show `parameters`), which a request's
-    `options.num_keep` overrides (`api.Options` from the Modelfile, then the request)."""
+    __slots__ = ("context", "num_keep", "soft", "train", "version")
+
+    def __init__(
+        self,
+        context: int | None,
+        version: Version | None,
+        train: int | None = None,
+        soft: bool = False,
+        num_keep: int | None = None,
+    ) -> None:
+        self.context = context
+        """C: the runtime context the request ran with, None when unknown."""
+        self.version = version
+        """Ollama's version per /api/version; None (not read yet, or a `0.0.0` source build)
+        is taken as current."""
+        self.train = train
+        """The model's training context (/api/show), which caps llama-server's padded slot."""
+        self.soft = soft
+        """C is an MLX runner's soft `num_ctx` (/api/ps `details.format` "safetensors",
+        Ollama v0.30.11+, `x/mlxrunner/client.go` `reportedContextLength`): the runner
+        enforces the model's maximum, never truncates and never shifts
+        (`x/mlxrunner/pipeline.go`), so only the refusal rule applies."""
+        self.num_keep = num_keep
+        """The model's Modelfile `num_keep` (/api/show `parameters`), which a request's
+        `options.num_keep` overrides (`api.Options` from the Modelfile, then the request)."""
 
 
 def slot_context(c: int, train: int | None, version: Version | None) -> int:

@@ -17,7 +17,7 @@ from ollama_tap.measures import request_num_ctx
 from ollama_tap.metrics.families import TRUNCATIONS
 from ollama_tap.metrics.registered import Children, counter
 from ollama_tap.names import ModelLabels
-from ollama_tap.ollama.options import ModelFacts, runner_num_ctx
+from ollama_tap.ollama.options import runner_num_ctx
 from ollama_tap.ollama.request import honoured_options
 from ollama_tap.ollama.state import LoadedModel
 from ollama_tap.ollama.version import parse_version
@@ -92,7 +92,7 @@ class TruncationObserver:
         known = ex.standing
         if known is None:
             known = ex.standing = upstream.standing(ex.model)
-        facts = ModelFacts(*known.facts)
+        facts = known.facts
         asked = runner_num_ctx(request_num_ctx(honoured_options(ex)), facts)
         reloaded = ex.usage is not None and may_have_reloaded(ex.usage.load_duration)
         reloaded = reloaded or (self.stale_row is not None and self.stale_row(ex))

@@ -10,7 +10,7 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from ollama_tap.exchange import Outcome, RequestFields, Usage
-from ollama_tap.facts import Standing
+from ollama_tap.facts import ModelFacts, Standing
 from ollama_tap.loads.tracker import LoadTracker
 from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.state import LoadedModel
@@ -32,8 +32,8 @@ class Upstream:
     def runner_key(self, digest: str | None) -> str | None:
         return digest
 
-    def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
-        return ("llama", 131072, False, None)
+    def model_facts(self, model: str | None) -> ModelFacts:
+        return ModelFacts("llama", 131072, False, None)
 
     def standing(self, model: str | None) -> Standing:
         return Standing(self.digest_of(model), self.model_facts(model), self.version)

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from ollama_tap.exchange import Outcome, RequestFields
+from ollama_tap.facts import ModelFacts
 from ollama_tap.ollama.state import LoadedModel
 from tests.loads.rig import A, B, Rig, Upstream
 from tests.support.exchanges import new_exchange
@@ -68,8 +69,8 @@ def test_6_a_busy_runners_past_expiry_is_not_an_expiry(rig: Rig) -> None:
 
 def test_9_a_vision_models_floor_is_no_change(rig: Rig) -> None:
     class Vision(Upstream):
-        def model_facts(self, model: str | None) -> tuple[str, int | None, bool, int | None]:
-            return ("mllama", 131072, True, None)
+        def model_facts(self, model: str | None) -> ModelFacts:
+            return ModelFacts("mllama", 131072, True, None)
 
     rig.tracker.upstream = Vision()
     rig.end(rig.start(A, options={"num_ctx": 1024}), 2.0)

@@ -61,7 +61,7 @@ async def test_a_modelfile_num_keep_does_not_move_the_go_runner_cut(
     """The proxy reads the Modelfile's num_keep (it decides L(C,k) from 0.30.11 on); on 0.24
     the cut is still C, so T1 still fires at P = C, and T2 counts the same tokens lost."""
     poller = tapped.app[POLLER]
-    await eventually(lambda: poller.standing(kept_model).facts[3] == KEEP, within=60)
+    await eventually(lambda: poller.standing(kept_model).facts.num_keep == KEEP, within=60)
     options = {"num_ctx": C, "num_predict": 4, "temperature": 0}
     chat = {"model": kept_model, "messages": [{"role": "user", "content": LONG}],
             "stream": False, "options": options}  # fmt: skip

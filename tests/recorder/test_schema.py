@@ -15,7 +15,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from ollama_tap.recorder import Recorder
-from ollama_tap.recorder.schema import VERSION, WAL_LIMIT, SchemaError, open_writer
+from ollama_tap.recorder.schema import (
+    MIGRATIONS,
+    VERSION,
+    WAL_LIMIT,
+    SchemaError,
+    open_writer,
+)
 from tests.recorder.factory import WALL0, make_settings, stored
 from tests.support.old_schema import build_v1
 
@@ -39,6 +45,33 @@ async def test_v1_file_is_migrated_and_keeps_its_records(tmp_path: Path) -> None
         return version, nbytes, vacuum
 
     assert await asyncio.to_thread(inspect) == (VERSION, 256 + len('{"options":{}}'), 2)
+
+
+def test_a_v11_file_loses_the_version_index_no_read_used(tmp_path: Path) -> None:
+    """Every insert paid for `records_ollama_version` (a page more in the WAL a commit);
+    the reads by version (upgrade-check) go by the scan or `records_outcome` instead."""
+    path = tmp_path / "records.db"
+    with sqlite3.connect(path) as conn:
+        for statements in MIGRATIONS[:11]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 11")
+    conn = open_writer(path)
+    try:
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(records)")}
+        plan = " ".join(
+            row[3]
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT seq FROM records WHERE ollama_version IN (?, ?) "
+                "AND outcome = ? AND seq > ? ORDER BY seq LIMIT 500",
+                ("0.30.5", "0.31.0", "ok", 0),
+            )
+        )
+    finally:
+        conn.close()
+    assert "records_ollama_version" not in indexes
+    assert {"records_box", "records_outcome", "records_model"} <= indexes
+    assert "records_outcome" in plan
 
 
 def test_newer_schema_is_refused_with_the_fix(tmp_path: Path) -> None:

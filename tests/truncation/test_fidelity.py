@@ -164,7 +164,7 @@ async def test_9_a_vision_models_floor_is_its_context(proxy: Proxy, fake: FakeOl
     llava = new_model("llava:latest")
     llava.capabilities = ["completion", "vision"]
     fake.models[llava.name] = llava
-    await eventually(lambda: proxy.app[POLLER].standing("llava").facts[2])
+    await eventually(lambda: proxy.app[POLLER].standing("llava").facts.vision)
     client = ollama.AsyncClient(host=proxy.url)
     await client.generate("llava", "hi", options={"num_ctx": 1024})
     await context_read(proxy, "llava:latest", 2048)
@@ -316,7 +316,7 @@ async def test_a_modelfile_num_keep_enters_the_truncated_length(
     kept = new_model("keeper:latest")
     kept.parameters = "num_keep                       64"
     fake.models[kept.name] = kept
-    await eventually(lambda: proxy.app[POLLER].standing("keeper").facts[3] == 64)
+    await eventually(lambda: proxy.app[POLLER].standing("keeper").facts.num_keep == 64)
     reply = await ollama.AsyncClient(host=proxy.url).chat(
         "keeper", [{"role": "user", "content": words(6000)}], options={"num_ctx": 4096}
     )

@@ -1,6 +1,6 @@
 """What llhttp does not bound, counted by the front as it reads: a request head that never
 ends, and a chunked body's framing (chunk-size lines, extensions, trailer fields) without a
-body byte between them.
+body byte between them; and what a refused client may still send (`Linger`).
 
 llhttp buffers a header until it is whole and shows framing to no callback, so the callbacks
 alone cannot see either grow: every read is counted as well, by where parsing stood at its
@@ -9,6 +9,7 @@ end (relay/http1/server.py).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Final
 
 from ollama_tap.relay.headers import MAX_FIELD
@@ -25,6 +26,39 @@ MAX_LINGER: Final = 1024 * 1024
 """Bytes read and dropped after a refusal before the connection is cut (nginx's lingering
 close, bounded by bytes as well as time: a client still pushing an endless head gets a
 reset, not a sink)."""
+
+
+class Linger:
+    """The close after a refusal, as nginx's lingering close: the answer written and the
+    write side closed first, then whatever the client is still sending read and dropped (at
+    most MAX_LINGER bytes; the connection's BodyClock bounds it by LINGER_SECONDS), until it
+    closes its side. A plain close with unread bytes is a reset, which can take the answer
+    away before the client reads it."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.dropped = 0
+
+    def answer(self, refusal: bytes) -> bool:
+        """Write the refusal and close the write side; False when the transport cannot
+        close one side only (it is then closed whole, and there is nothing to linger on)."""
+        transport = self.transport
+        transport.write(refusal)
+        if not transport.can_write_eof():
+            transport.close()
+            return False
+        transport.write_eof()
+        return True
+
+    def drop(self, size: int) -> None:
+        """`size` more bytes read after the refusal: past MAX_LINGER, the connection is cut."""
+        self.dropped += size
+        if self.dropped > MAX_LINGER:
+            self.transport.abort()
+
+    def cut(self, why: str) -> None:
+        """The time bound ran out (BodyClock.linger)."""
+        self.transport.abort()
 
 
 class TooLarge(Exception):

@@ -23,7 +23,7 @@ from multidict import CIMultiDict
 from ollama_tap.relay import failures
 from ollama_tap.relay.failures import ClientGone
 from ollama_tap.relay.headers import text
-from ollama_tap.relay.http1.bounds import MAX_LINGER, ReadBounds
+from ollama_tap.relay.http1.bounds import Linger, ReadBounds
 from ollama_tap.relay.http1.clients import Clients
 from ollama_tap.relay.http1.flow import FlowControl
 from ollama_tap.relay.http1.pool import UpstreamPool
@@ -101,7 +101,8 @@ class FrontConnection(asyncio.Protocol):
         self.bounds = ReadBounds()
         self.refusal = b""
         """The response to a refused request (`serves.Refusal`)."""
-        self.lingered = 0
+        self.linger: Linger | None = None
+        """The close after the refusal, once it is written (`refuse`)."""
         self.clock = BodyClock(self.flow)
         self.url: list[bytes] = []
         self.header_list: list[tuple[str, str]] = []
@@ -135,10 +136,8 @@ class FrontConnection(asyncio.Protocol):
         if self.pending is not None:
             # Parsing has stopped and reading is paused (aiohttp's bytes, or nobody's), or a
             # refused request's connection is lingering (`refuse`).
-            if self.pending == "linger":
-                self.lingered += len(data)
-                if self.lingered > MAX_LINGER:
-                    self.transport.abort()
+            if self.linger is not None:
+                self.linger.drop(len(data))
             return
         parser = self.parser
         if parser is None:
@@ -350,20 +349,12 @@ class FrontConnection(asyncio.Protocol):
             self.front.clients.rest(self)
 
     def refuse(self) -> None:
-        """Write the refusal, then close as nginx's lingering close does: the write side
-        first, then whatever the client is still sending is read and dropped (at most
-        MAX_LINGER bytes for at most LINGER_SECONDS, or until it closes its side). A plain
-        close with unread bytes is a reset, which can take the answer away before the client
-        reads it."""
-        transport = self.transport
-        transport.write(self.refusal)
-        if not transport.can_write_eof():
-            transport.close()
-            return
-        transport.write_eof()
-        self.pending, self.keeping, self.raw, self.lingered = "linger", False, [], 0
-        self.clock.linger(lambda _why: transport.abort())
-        self.flow.resume_reading()
+        """Write the refusal, then close lingering (bounds.Linger)."""
+        linger = Linger(self.transport)
+        if linger.answer(self.refusal):
+            self.pending, self.keeping, self.raw, self.linger = "linger", False, [], linger
+            self.clock.linger(linger.cut)
+            self.flow.resume_reading()
 
     def hand_off(self) -> None:
         """Give the connection, and every byte of the current request, to aiohttp's server."""
