@@ -65,7 +65,7 @@ class ModelFacts:
     model. A plain class, not a frozen dataclass: a frozen dataclass's `__init__` runs
     interpreted even in a compiled caller, some 6,000 instructions an exchange."""
 
-    __slots__ = ("family", "num_keep", "train_ctx", "vision")
+    __slots__ = ("family", "hidden", "num_keep", "params", "train_ctx", "vision")
 
     def __init__(
         self,
@@ -73,6 +73,8 @@ class ModelFacts:
         train_ctx: int | None = None,
         vision: bool = False,
         num_keep: int | None = None,
+        params: tuple[tuple[str, Any], ...] = (),
+        hidden: str | None = None,
     ) -> None:
         self.family = family
         self.train_ctx = train_ctx
@@ -80,9 +82,27 @@ class ModelFacts:
         self.vision = vision
         self.num_keep = num_keep
         """The Modelfile's `PARAMETER num_keep` (truncation, not reloads)."""
+        self.params = params
+        """The Modelfile's `PARAMETER`s that set runner options (num_ctx, num_batch, …), as
+        (name, value): Ollama applies them under the request's own options
+        (`modelOptions`), and a Modelfile num_ctx makes the context explicit
+        (`usesAutomaticNumCtx`)."""
+        self.hidden = hidden
+        """The Modelfile's FROM, ADAPTER and DRAFT lines (the weights, adapters, projectors
+        and draft model a runner is started with), None when not shown: two names that
+        show the same run on one runner when their options match."""
 
-    def _fields(self) -> tuple[str, int | None, bool, int | None]:
-        return self.family, self.train_ctx, self.vision, self.num_keep
+    def param(self, name: str) -> Any:
+        """One of `params`, None when the Modelfile does not set it."""
+        for key, value in self.params:
+            if key == name:
+                return value
+        return None
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.family, self.train_ctx, self.vision, self.num_keep, self.params, self.hidden
+        )  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ModelFacts) and self._fields() == other._fields()
@@ -91,8 +111,9 @@ class ModelFacts:
         return hash(self._fields())
 
     def __repr__(self) -> str:
-        return "ModelFacts(family={!r}, train_ctx={!r}, vision={!r}, num_keep={!r})".format(
-            *self._fields()
+        return (
+            "ModelFacts(family={!r}, train_ctx={!r}, vision={!r}, num_keep={!r}, params={!r}, "
+            "hidden={!r})".format(*self._fields())
         )
 
 

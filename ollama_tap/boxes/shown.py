@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ollama_tap.facts import NO_FACTS, ModelFacts
-from ollama_tap.ollama.state import LocalModel, Shown
+from ollama_tap.ollama.state import LocalModel, Shown, ShownFacts
 
 SHOW_RETRY: Final = 300.0
 """Seconds before a model whose /api/show failed is asked again (not every round: each
@@ -22,9 +22,10 @@ class ShownModels:
         self.model_info = model_info
         """The `ollama_tap_model_info` gauge this box's series go on."""
         self._shown: dict[str, tuple[str, str, str]] = {}
-        self._train: dict[str, tuple[int | None, bool, int | None, str | None]] = {}
+        self._train: dict[str, ShownFacts] = {}
         """Training context (`<arch>.context_length` of /api/show), whether `capabilities`
-        holds "vision", num_keep and the weights' blob, by digest cache key."""
+        holds "vision", num_keep, the weights' blob, the Modelfile's runner PARAMETERs and
+        its FROM/ADAPTER/DRAFT lines, by digest cache key."""
         self._facts: dict[str, ModelFacts] = {}
         """What `facts` answers, made from the two above when a model is shown."""
         self._info: dict[str, tuple[str, str, str, str]] = {}
@@ -59,8 +60,8 @@ class ShownModels:
                     continue
                 details, self._train[cache_key] = shown
                 self._shown[cache_key] = details
-                train, vision, keep, _ = shown[1]
-                self._facts[cache_key] = ModelFacts(details[0], train, vision, keep)
+                train, vision, keep, _, params, hidden = shown[1]
+                self._facts[cache_key] = ModelFacts(details[0], train, vision, keep, params, hidden)
             self._set_info(key, (local.label, *details))
         for key in self._info.keys() - tags.keys():
             self.model_info.remove(*self._info.pop(key))

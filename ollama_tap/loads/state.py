@@ -80,7 +80,10 @@ class Pending:
         self.behind = False
         """It arrived while its runner was away with requests in flight (a load under way)."""
         self.manifest: str | None = None
-        """The model's manifest digest (/api/tags) when it arrived, None while unknown."""
+        """What its model brings to a runner beyond its options: the Modelfile's FROM,
+        ADAPTER and DRAFT lines once /api/show told them (`ModelFacts.hidden`: a variant
+        that only sets other PARAMETERs brings the same), else its manifest digest
+        (/api/tags); None while unknown."""
         self.expiring = False
         """Its runner was idle with an `expires_at` within SLACK of its arrival: too close to
         call it gone (it may still be reused), but if it loads, its keep_alive ran out (L1)."""
@@ -122,9 +125,8 @@ class Runner:
     opts: dict[str, Any] | None = None
     """The runner options of the request that loaded it; None when the proxy did not see it."""
     manifest: str | None = None
-    """The manifest digest of the model whose request loaded it: what its options do not
-    show (the Modelfile's parameters, adapters and projector) is the same for a request of
-    the same manifest."""
+    """What the model whose request loaded it brings beyond its options (`Pending.manifest`):
+    a request that brings the same, with the same options, runs on it."""
     auto_ctx: int | None = None
     """The context /api/ps showed after a load by a request that left num_ctx unset."""
     departure: Departure | None = None
@@ -254,7 +256,8 @@ def reduced_from(runner: Runner, row: LoadedModel) -> int | None:
 def reused(runner: Runner, p: Pending) -> bool:
     """Whether Ollama served `p` on the runner it found rather than loading one (L0 d), so
     that its `load_duration` over a second is no load: resident, not expiring nor failed,
-    loaded by a request the proxy saw for the same manifest, with runner options that `p`
+    loaded by a request the proxy saw for the same weights, adapters and projectors (the
+    same `manifest`), with runner options (the Modelfile's PARAMETERs among them) that `p`
     matches field for field, then and now. `needsReload` compares nothing else but the
     runner's health ping (server/sched.go:671-709 at v0.24.0). The reply's `load_duration`
     still runs from the handler's start (server/routes.go GenerateHandler: checkpointStart

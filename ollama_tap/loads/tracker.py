@@ -139,7 +139,8 @@ class LoadTracker(LoadBook):
             runner.resident, runner.departure = False, Departure(Cause.EXPIRED)
         p = Pending(ex.id, key, model, ex.client_name, ex.client, ex.endpoint, ex.started,
                     ex.started_wall, opts, runner.resident)  # fmt: skip
-        p.manifest = standing.digest
+        hidden = standing.facts.hidden
+        p.manifest = hidden if hidden is not None else standing.digest
         row = runner.row
         p.expiring = (
             runner.resident and not runner.flight and row is not None

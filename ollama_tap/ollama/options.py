@@ -5,8 +5,8 @@ An option the request leaves unset is absent here ("auto"); Ollama's defaults ar
 where they decide a comparison: `num_gpu` < 0 is the default, `num_thread` and
 `draft_num_predict` 0 are unset, `num_ctx` is raised to 4 (2048 for vision models) and
 capped at the training context, `shift` is resolved (true except for `deepseek2`).
-Modelfile `PARAMETER`s are not read: a name whose Modelfile sets `num_ctx` is compared by
-the context `/api/ps` shows.
+A Modelfile's `PARAMETER`s (/api/show `parameters`, `ModelFacts.params`) apply under the
+request's options, as `modelOptions` applies them.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ def runner_options(
     modern = version is None or version >= LLAMA_SERVER
     out: dict[str, Any] = {}
     opts = options or {}
+    if facts.params:  # the Modelfile's, under the request's own (`modelOptions`)
+        opts = {**dict(facts.params), **opts}
     for field in _RELOAD_FIELDS.intersection(opts):
         value = _runner_value(field, opts[field], facts, modern)
         if value is not None:

@@ -8,12 +8,20 @@ from datetime import datetime
 from typing import Any, Final
 
 from ollama_tap.ollama.names import is_valid_name
+from ollama_tap.ollama.options import INT_FIELDS
 from ollama_tap.ollama.payloads import count_or_none, dict_or_none, str_or_empty
 
-Shown = tuple[tuple[str, str, str], tuple[int | None, bool, int | None, str | None]]
-"""What the poller keeps of /api/show: (family, parameter size, quantization) and
-(training context, vision, the Modelfile's num_keep, the weights' blob digest)."""
+Params = tuple[tuple[str, Any], ...]
+ShownFacts = tuple[int | None, bool, int | None, str | None, Params, str | None]
+"""(training context, vision, the Modelfile's num_keep, the weights' blob digest, its
+runner PARAMETERs, its FROM/ADAPTER/DRAFT lines)."""
+Shown = tuple[tuple[str, str, str], ShownFacts]
+"""What the poller keeps of /api/show: (family, parameter size, quantization), ShownFacts."""
 _BLOB: Final = re.compile(r"^FROM \S*sha256[-:]([0-9a-f]{64})\s*$", re.MULTILINE)
+_HIDDEN: Final = re.compile(r"^(?:FROM|ADAPTER|DRAFT) .*$", re.MULTILINE)
+INT_PARAMS: Final = ("num_ctx", *INT_FIELDS)
+"""The Modelfile PARAMETERs among the runner options `needsReload` compares (integers);
+`use_mmap` is the boolean one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +97,9 @@ def shown_facts(data: dict[str, Any]) -> Shown:
     modelfile = data.get("modelfile")
     blob = _BLOB.search(modelfile) if isinstance(modelfile, str) else None
     keep = modelfile_num_keep(data.get("parameters"))
-    return details, (train, vision, keep, blob[1] if blob else None)
+    params = modelfile_runner_params(data.get("parameters"))
+    hidden = "\n".join(_HIDDEN.findall(modelfile)) if isinstance(modelfile, str) else None
+    return details, (train, vision, keep, blob[1] if blob else None, params, hidden)
 
 
 def modelfile_num_keep(parameters: Any) -> int | None:
@@ -100,3 +110,17 @@ def modelfile_num_keep(parameters: Any) -> int | None:
         if name == "num_keep" and value.strip().lstrip("-").isdigit():
             return int(value.strip())
     return None
+
+
+def modelfile_runner_params(parameters: Any) -> Params:
+    """The runner options a Modelfile sets (/api/show `parameters`: one `name value` a
+    line, the name padded), as (name, value) pairs in INT_PARAMS order, then use_mmap."""
+    found: dict[str, Any] = {}
+    for line in parameters.splitlines() if isinstance(parameters, str) else ():
+        name, _, value = line.strip().partition(" ")
+        value = value.strip()
+        if name in INT_PARAMS and value.lstrip("-").isdigit():
+            found[name] = int(value)
+        elif name == "use_mmap" and value in ("true", "false"):
+            found[name] = value == "true"
+    return tuple((n, found[n]) for n in (*INT_PARAMS, "use_mmap") if n in found)

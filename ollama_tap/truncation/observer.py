@@ -93,7 +93,8 @@ class TruncationObserver:
         if known is None:
             known = ex.standing = upstream.standing(ex.model)
         facts = known.facts
-        asked = runner_num_ctx(request_num_ctx(honoured_options(ex)), facts)
+        asked = request_num_ctx(honoured_options(ex))
+        asked = runner_num_ctx(facts.param("num_ctx") if asked is None else asked, facts)
         reloaded = ex.usage is not None and may_have_reloaded(ex.usage.load_duration)
         reloaded = reloaded or (self.stale_row is not None and self.stale_row(ex))
         row = upstream.loaded(ex.model)

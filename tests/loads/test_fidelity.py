@@ -277,3 +277,36 @@ def test_a_row_a_request_that_ended_asked_for_is_its_reload(rig: Rig) -> None:
     rig.ps({A: 3072})
     assert rig.tracker.events[-1].context_length is None
     assert rig.tracker.stale_row(rig.start(A))
+
+
+def test_16_a_variant_that_sets_other_parameters_runs_on_its_originals_runner(rig: Rig) -> None:
+    """A Modelfile variant (`FROM` the model, `PARAMETER temperature`): another manifest,
+    the same weights and no other runner option, so Ollama serves it on the running runner
+    and its slow reply (the handler reading the model) is no load (L0 d). A variant whose
+    Modelfile sets num_ctx asks for that context: a reload, foreseen."""
+    v, sized = "variant:latest", "sized:latest"
+    hidden = "FROM /models/blobs/sha256-" + "a" * 64
+
+    class Variants(Upstream):
+        def digest_of(self, model: str | None) -> str | None:
+            names = {v: "d-v", "variant": "d-v", sized: "d-s", "sized": "d-s"}
+            return names.get(model or "") or super().digest_of(model)
+
+        def runner_key(self, digest: str | None) -> str | None:
+            return {"d-v": "d-a", "d-s": "d-a"}.get(digest or "", digest)
+
+        def model_facts(self, model: str | None) -> ModelFacts:
+            params = (("num_ctx", 8192),) if model in (sized, "sized") else ()
+            return ModelFacts("llama", 131072, False, None, params, hidden)
+
+    rig.tracker.upstream = Variants()
+    rig.end(rig.start(A, options={"num_ctx": 4096}), 2.0)
+    rig.ps({A: 4096})
+    slow = rig.start(v, options={"num_ctx": 4096})
+    rig.end(slow, 1.4)
+    assert rig.causes() == [(A, "first_load")] and slow.load_event is None
+    grown = rig.start(sized)
+    assert [c.text for c in grown.metadata["loads"].changes] == ["num_ctx 4096 → 8192"]
+    rig.end(grown, 1.4)
+    event = rig.tracker.events[-1]  # named after the blob's runner, as /api/ps lists it
+    assert (str(event.cause), event.request) == ("options_changed", grown.id)

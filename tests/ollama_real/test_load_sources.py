@@ -77,12 +77,6 @@ async def first_load(proxy: Proxy) -> dict[str, Any]:
     return event
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="disagreement (2 runs in 2, on a loaded 2-core box): Ollama 0.24 served the variant "
-    "from the running runner (its log starts one runner), yet the reply's load_duration was "
-    "4.0 s, so the proxy's L0 (a reply over 1 s is a load) records a load with cause unknown",
-)
 async def test_a_variant_is_served_by_its_originals_runner_with_no_load(
     watching: Proxy, real_ollama: Ollama, variant: str
 ) -> None:

@@ -11,12 +11,15 @@ import ollama
 import openai
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from ollama_tap.app import POLLER
 from ollama_tap.exchange import Exchange, Outcome, RequestFields, Usage
-from ollama_tap.facts import TruncationKind
+from ollama_tap.facts import ModelFacts, Standing, TruncationKind
+from ollama_tap.names import ModelLabels
 from ollama_tap.ollama.version import parse_version
 from ollama_tap.truncation.context import Runtime, slot_context
+from ollama_tap.truncation.observer import TruncationObserver
 from ollama_tap.truncation.rules import judge
 from tests.conftest import Proxy
 from tests.support.exchanges import new_exchange
@@ -323,3 +326,22 @@ async def test_a_modelfile_num_keep_enters_the_truncated_length(
     assert reply.prompt_eval_count == shift_limit(4096, 64)
     verdict = await only_verdict(proxy, 1)
     assert verdict is not None and verdict["rule"] == "T1"
+
+
+def test_a_modelfile_num_ctx_is_the_context_a_request_without_one_gets() -> None:
+    """`modelOptions` applies the Modelfile's PARAMETERs under the request's options: a
+    request that leaves num_ctx unset runs with the Modelfile's, and one that sets it, its
+    own. Before /api/ps lists the runner, that is C."""
+
+    class Shown:
+        def standing(self, model: str | None) -> Standing:
+            facts = ModelFacts("llama", 131072, False, None, (("num_ctx", 2048),), "FROM x")
+            return Standing("d-a", facts, "0.33.0")
+
+        def loaded(self, model: str | None) -> None:
+            return None
+
+    observer = TruncationObserver(CollectorRegistry(), ModelLabels(10), Shown())
+    unset, own = finished(p=10), finished(p=10, options={"num_ctx": 4096})
+    assert observer.runtime(unset).context == 2048
+    assert observer.runtime(own).context == 4096
