@@ -20,7 +20,7 @@ import pytest
 
 from ollama_tap.app import LOADS, POLLER
 from tests.conftest import MakeProxy, Proxy
-from tests.ollama_real.conftest import AUTH, MODEL, Ollama, call
+from tests.ollama_real.conftest import AUTH, BOTH_RELEASES, MODEL, Ollama, call
 from tests.support.metrics import settled
 from tests.support.records import records
 from tests.support.waiting import eventually
@@ -77,6 +77,7 @@ async def first_load(proxy: Proxy) -> dict[str, Any]:
     return event
 
 
+@BOTH_RELEASES
 async def test_a_variant_is_served_by_its_originals_runner_with_no_load(
     watching: Proxy, real_ollama: Ollama, variant: str
 ) -> None:
@@ -101,6 +102,7 @@ async def test_a_variant_is_served_by_its_originals_runner_with_no_load(
     assert record["load_event"] is None
 
 
+@BOTH_RELEASES
 async def test_a_reload_by_a_client_that_bypasses_the_proxy_is_seen_in_ps(
     watching: Proxy, real_ollama: Ollama
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from ollama_tap.app import LOADS
 from tests.conftest import MakeProxy, Proxy
-from tests.ollama_real.conftest import MODEL, Ollama, call
+from tests.ollama_real.conftest import BOTH_RELEASES, MODEL, Ollama, call
 from tests.support.records import records
 from tests.support.waiting import eventually
 
@@ -52,6 +52,7 @@ async def loaded_with(proxy: Proxy, real_ollama: Ollama, num_ctx: int) -> None:
     )
 
 
+@BOTH_RELEASES
 async def test_a_smaller_num_ctx_keeps_the_resident_runner(
     guarded: Proxy, real_ollama: Ollama
 ) -> None:
@@ -68,6 +69,7 @@ async def test_a_smaller_num_ctx_keeps_the_resident_runner(
     assert newest["reload_guard"]["changes"] == [{"field": "num_ctx", "from": 2048, "to": 4096}]
 
 
+@BOTH_RELEASES
 async def test_a_larger_num_ctx_reloads_as_asked(guarded: Proxy, real_ollama: Ollama) -> None:
     await loaded_with(guarded, real_ollama, 2048)
     await generate(guarded, 4096)
