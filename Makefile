@@ -134,10 +134,16 @@ typecheck: $(VENV)/.test-deps
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy bench  # the benchmark scripts too: they call the package's internals
 
+# The suite's workers (pytest-xdist): most tests wait on sockets, child processes and timers,
+# so more workers than the 2 cores pay; each module goes to one worker whole, the real-inference
+# tiers to one worker together (tests/support/workers.py). JOBS=1: serially, in one process.
+JOBS    ?= 3
+PARALLEL = -n $(if $(filter 0 1,$(JOBS)),0,$(JOBS))
+
 ## the whole suite but the slow tier, once, against the .py sources (the default: a build
 ## beside them is not imported), the real-engine and real-Ollama tiers among it
 unit: $(VENV)/.test-deps system-deps engine ollama
-	$(ENGINE_ENV) $(OLLAMA_ENV) $(VENV)/bin/pytest -q -m 'not slow' $(ARGS)
+	$(ENGINE_ENV) $(OLLAMA_ENV) $(VENV)/bin/pytest -q $(PARALLEL) -m 'not slow' $(ARGS)
 
 # What a compiled build can change: the relay, the per-chunk and per-exchange code and the
 # real engine behind the proxy; every other module runs interpreted in both passes.
@@ -149,7 +155,8 @@ COMPILED_TESTS := tests/relay tests/ollama tests/metrics tests/engine tests/test
 
 ## the relay and per-chunk tests again, against the compiled modules (OLLAMA_TAP_COMPILED=1)
 unit-compiled: $(VENV)/.test-deps $(VENV)/.compiled engine
-	$(ENGINE_ENV) OLLAMA_TAP_COMPILED=1 $(VENV)/bin/pytest -q -m 'not slow' $(COMPILED_TESTS) $(ARGS)
+	$(ENGINE_ENV) OLLAMA_TAP_COMPILED=1 $(VENV)/bin/pytest -q $(PARALLEL) -m 'not slow' \
+	  $(COMPILED_TESTS) $(ARGS)
 
 # The slow tier's stamps: one per hash of the packaging files it passed with, outside the
 # clone (beside the engine's cache), so a fresh clone of the same files needs no second run.

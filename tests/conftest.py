@@ -77,7 +77,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
-pytest_plugins = ["tests.support.fake_ollama.plugin"]
+pytest_plugins = ["tests.support.fake_ollama.plugin", "tests.support.workers"]
 
 
 @pytest.fixture(autouse=True)

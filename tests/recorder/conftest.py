@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,7 +22,13 @@ __all__ = ["own_server", "pg_server", "pg_url"]  # fixtures, for the tests of th
 
 @pytest.fixture
 def blockbuster() -> Iterator[BlockBuster]:
-    """Fails any blocking call (file, socket, sqlite, sleep) made on the loop by proxy code."""
+    """Fails any blocking call (file, socket, sqlite, sleep) made on the loop by proxy code.
+    The PostgreSQL stores' modules are imported first, as `serve` imports them while it
+    builds the app, before its loop serves (recorder/stores.py): otherwise the import's file
+    reads (psycopg_pool reads its own metadata) would fail whichever test of a process, or of
+    an xdist worker, first makes a PostgreSQL store."""
+    importlib.import_module("ollama_tap.recorder.pg_sink")
+    importlib.import_module("ollama_tap.recorder.pg_source")
     with blockbuster_ctx(["ollama_tap"]) as bb:
         yield bb
 
