@@ -13,7 +13,7 @@ import ollama
 import pytest
 
 from tests.conftest import Proxy
-from tests.ollama_real.conftest import GREEDY, MODEL, Ollama, call
+from tests.ollama_real.conftest import BOTH_RELEASES, GREEDY, MODEL, Ollama, call
 from tests.ollama_real.provision import CURRENT, OLLAMA
 from tests.support.metrics import hist, settled
 from tests.support.records import records
@@ -81,6 +81,7 @@ async def test_the_final_object_is_what_the_metrics_and_the_record_say(
     assert record["client_name"] == "tier" and record["done_reason"] == final["done_reason"]
 
 
+@BOTH_RELEASES
 async def test_a_recorded_context_decodes_to_the_prompt_and_the_reply(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
@@ -105,6 +106,7 @@ async def test_a_recorded_context_decodes_to_the_prompt_and_the_reply(
     assert prompt in done.stdout and reply["response"].strip() in done.stdout
 
 
+@BOTH_RELEASES
 async def test_the_official_ollama_client_through_the_proxy(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:

@@ -101,10 +101,15 @@ def _ids(routes: list[tuple[str, str, Any]]) -> list[str]:
     return [f"{method} {path}" for method, path, _ in routes]
 
 
+@BOTH_RELEASES
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=_ids(ROUTES))
 async def test_a_route_through_the_proxy_is_the_route_direct(
     tapped: Proxy, real_ollama: Ollama, method: str, path: str, body: Any
 ) -> None:
+    """On v0.30.0 the request is sent direct once first, as the native routes are below:
+    the compared pair must find the same prompt cache."""
+    if real_ollama.llama_server:
+        await call(real_ollama.url, method, path, body)
     direct = await call(real_ollama.url, method, path, body)
     proxied = await call(tapped.url, method, path, body)
     assert masked(proxied) == masked(direct)
@@ -152,6 +157,7 @@ async def test_ps_through_the_proxy_is_ps_direct(tapped: Proxy, real_ollama: Oll
     assert masked(proxied) == masked(direct)
 
 
+@BOTH_RELEASES
 async def test_create_copy_and_delete_through_the_proxy(
     tapped: Proxy, real_ollama: Ollama, tmp_path: Path
 ) -> None:
