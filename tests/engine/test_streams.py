@@ -32,8 +32,12 @@ _VOLATILE = re.compile(rb'"(?:id|created)":(?:"[^"]*"|\d+)|"timings":\{[^{}]*\}'
 
 GREEDY: dict[str, Any] = {"temperature": 0, "seed": 7}
 TOKENS = 8
-TTFT_TOL = 0.010
-"""How much later the client may see its first token than the proxy wrote it, in seconds."""
+TTFT_TOL = 0.050
+"""How much later the client may see its first token than the proxy wrote it, in seconds:
+the SDK's own parsing of the event, and any descheduling of the test's process between the
+proxy's write and the client's read (14–17 ms seen with the suite's other workers on the two
+cores). One request here: the proxy's offset itself is held to 3 ms by the median of seven in
+tests/ollama_real/test_ttft.py, with a bare client."""
 MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 
 Raw = AbstractAsyncContextManager[Any]
