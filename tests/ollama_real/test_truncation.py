@@ -14,7 +14,6 @@ model/models/gemma3/embed.go).
 
 from __future__ import annotations
 
-import random
 from typing import Any, Final
 
 import orjson
@@ -32,15 +31,6 @@ LONG: Final = " ".join(f"item{i}" for i in range(400))
 """Well over C tokens of Gemma's vocabulary."""
 BATCH: Final = 128
 """An embedding batch (num_batch) well under an input that fits C."""
-
-
-def truncations(proxy: Proxy) -> float:
-    return sum(
-        s.value
-        for family in proxy.registry.collect()
-        for s in family.samples
-        if s.name == "ollama_tap_truncations_total"
-    )
 
 
 async def verdict(proxy: Proxy) -> dict[str, Any] | None:
@@ -207,31 +197,3 @@ async def test_an_embedding_input_over_num_batch_is_retried_cut_and_t9_says_so(
     assert retried is not None and (retried["rule"], retried["context"]) == ("T9", 1024)
     assert retried["prompt_tokens"] == cut["prompt_eval_count"]
     assert f"num_batch {BATCH}" in retried["explanation"]
-
-
-async def test_ordinary_requests_get_no_verdict(tapped: Proxy, real_ollama: Ollama) -> None:
-    """100 varied requests that fit (generate and chat, streamed or not, with and without a
-    small num_ctx, a few turns of history): not one truncation."""
-    rng = random.Random(30)
-    words = ["river", "stone", "cloud", "lamp", "garden", "engine", "silver", "quiet", "sky"]
-    for i in range(100):
-        text = " ".join(rng.choices(words, k=rng.randint(1, 40)))
-        options: dict[str, Any] = {"num_predict": rng.randint(1, 3), "temperature": 0}
-        if i >= 50:  # the second half at a small num_ctx (one reload, not one per switch)
-            options["num_ctx"] = C
-        body: dict[str, Any] = {"model": MODEL, "stream": i % 2 == 0, "options": options}
-        if i % 4 < 2:
-            endpoint, body["prompt"] = "/api/generate", text
-        else:
-            endpoint = "/api/chat"
-            body["messages"] = [
-                {"role": "user", "content": text},
-                {"role": "assistant", "content": rng.choice(words)},
-                {"role": "user", "content": rng.choice(words)},
-            ][: rng.choice([1, 3])]
-        reply = await call(tapped.url, "POST", endpoint, body)
-        assert reply.status == 200, reply.body
-    await settled(tapped)
-    assert truncations(tapped) == 0
-    verdicts = [r["truncation"] for r in await records(tapped, 100, limit="100")]
-    assert verdicts == [None] * 100
