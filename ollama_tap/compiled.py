@@ -59,6 +59,7 @@ MODULES: Final = [
     "ollama_tap/relay/http1/send.py",
     "ollama_tap/relay/http1/clients.py",
     "ollama_tap/recorder/scope.py",
+    "ollama_tap/polled.py",
 ]
 """What runs for every relayed chunk: the transport's read and write path (the front and
 upstream connections, the reply parser, flow control, the chunk framing and the bounds on
@@ -70,7 +71,8 @@ the SDK's (docs/opentelemetry.md, "What it costs") and does so compiled.
 
 And, after the comment, what runs on the event loop once for every exchange: the route and
 fields of the request, the model and client labels, the in-flight set, the truncation
-verdict, the load tracker's notes (and its book of runners, the base of its class: mypyc
+verdict, the load tracker's notes, what they ask of the poller's last reads (`Polled`: the
+poller that writes it is async and aiohttp's) (and its book of runners, the base of its class: mypyc
 compiles a class only on a compiled base), the access log line, and the front's admission,
 routing and early send. Left
 interpreted they were the largest part of an exchange's cost beyond the build that compiled
