@@ -105,14 +105,6 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     # instructions a record (docs/performance-log.md, 2026-12-07, "one index less").
     # PostgreSQL keeps its own: there the index costs the server, not the proxy.
     ("DROP INDEX IF EXISTS records_ollama_version",),
-    # v13: records_box holds only the rows with a box. With one plain upstream every row's
-    # box is NULL, and the full index wrote a page more per commit for entries no read
-    # asks for; `records --box NAME` (box = ?) implies box IS NOT NULL, so SQLite's
-    # planner still lists by it (tests/recorder/test_schema.py checks the plan).
-    (
-        "DROP INDEX IF EXISTS records_box",
-        "CREATE INDEX records_box ON records(box, seq) WHERE box IS NOT NULL",
-    ),
 )
 VERSION: Final = len(MIGRATIONS)
 WAL_LIMIT: Final = 64 * 1024 * 1024

@@ -74,47 +74,6 @@ def test_a_v11_file_loses_the_version_index_no_read_used(tmp_path: Path) -> None
     assert "records_outcome" in plan
 
 
-def test_a_v12_file_indexes_only_the_rows_with_a_box(tmp_path: Path) -> None:
-    """Rows with no box (one plain upstream: every row) cost the index nothing, and
-    `records --box NAME` still lists by it."""
-    path = tmp_path / "records.db"
-    with sqlite3.connect(path) as conn:
-        for statements in MIGRATIONS[:12]:
-            for statement in statements:
-                conn.execute(statement)
-        conn.execute("PRAGMA user_version = 12")
-        conn.executemany(
-            "INSERT INTO records (id, started, method, path, endpoint, status, outcome, "
-            "streamed, mode, request_bytes, response_bytes, chunks, box) "
-            "VALUES (?, 0, 'POST', '/api/chat', '/api/chat', 200, 'ok', 0, 'metadata', "
-            "2, 2, 1, ?)",
-            [(f"r{i}", "gpu-a" if i % 100 == 0 else None) for i in range(1000)],
-        )
-    conn = open_writer(path)
-    try:
-        plan = " ".join(
-            row[3]
-            for row in conn.execute(
-                "EXPLAIN QUERY PLAN SELECT id FROM records WHERE box = ? ORDER BY seq DESC LIMIT ?",
-                ("gpu-a", 50),
-            )
-        )
-        entries = conn.execute(
-            "SELECT count(*) FROM records INDEXED BY records_box WHERE box IS NOT NULL"
-        ).fetchone()[0]
-        listed = conn.execute("SELECT count(*) FROM records WHERE box = ?", ("gpu-a",)).fetchone()[
-            0
-        ]
-        (partial,) = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE name = 'records_box'"
-        ).fetchone()
-    finally:
-        conn.close()
-    assert "USING INDEX records_box" in plan or "USING COVERING INDEX records_box" in plan
-    assert "WHERE box IS NOT NULL" in partial
-    assert (entries, listed) == (10, 10)
-
-
 def test_newer_schema_is_refused_with_the_fix(tmp_path: Path) -> None:
     path = tmp_path / "records.db"
     with sqlite3.connect(path) as conn:
