@@ -59,6 +59,9 @@ MODULES: Final = [
     "ollama_tap/relay/http1/send.py",
     "ollama_tap/relay/http1/clients.py",
     "ollama_tap/recorder/scope.py",
+    # What the analysers ask of the poller's last reads, once or twice an exchange.
+    "ollama_tap/polled.py",
+    "ollama_tap/boxes/shown.py",
 ]
 """What runs for every relayed chunk: the transport's read and write path (the front and
 upstream connections, the reply parser, flow control, the chunk framing and the bounds on
@@ -71,8 +74,9 @@ the SDK's (docs/opentelemetry.md, "What it costs") and does so compiled.
 And, after the comment, what runs on the event loop once for every exchange: the route and
 fields of the request, the model and client labels, the in-flight set, the truncation
 verdict, the load tracker's notes (and its book of runners, the base of its class: mypyc
-compiles a class only on a compiled base), the access log line, and the front's admission,
-routing and early send. Left
+compiles a class only on a compiled base), what these two ask of the poller's last reads
+(`Polled` and the /api/show facts it holds: the poller that writes them is async and
+aiohttp's), the access log line, and the front's admission, routing and early send. Left
 interpreted they were the largest part of an exchange's cost beyond the build that compiled
 them (f88820b): for a 20-token stream paced one token a read, 1,136,000 instructions on the
 loop against 953,000 (+19 %), about +9 % CPU a chunk in `bench/overhead.py`'s `single`;

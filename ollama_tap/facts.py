@@ -123,7 +123,7 @@ NO_FACTS: Final = ModelFacts()
 
 class Standing:
     """What one box's poller knew of an exchange's model beyond /api/ps when the exchange
-    was analysed (`UpstreamPoller.standing`, one lookup): the load tracker reads it at
+    was analysed (`Polled.standing`, one lookup): the load tracker reads it at
     `request`, the truncation rules at `response`. Not the /api/ps row: a read between the
     request and its end may list a runner an earlier request loaded, and the rules judge by
     the row as the end finds it. Made once per exchange and never changed (a plain class

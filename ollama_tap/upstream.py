@@ -15,13 +15,14 @@ from prometheus_client import CollectorRegistry
 from ollama_tap.boxes.shown import ShownModels
 from ollama_tap.boxes.spec import DEFAULT_BOX, BoxSpec
 from ollama_tap.config import Settings
-from ollama_tap.facts import NO_FACTS, Standing
+from ollama_tap.facts import Standing
 from ollama_tap.metrics.registered import UpstreamMetrics
 from ollama_tap.names import ModelLabels
-from ollama_tap.ollama.names import model_key, valid_key
+from ollama_tap.ollama.names import model_key
 from ollama_tap.ollama.payloads import count_or_none, count_or_zero, dict_or_none, str_or_empty
 from ollama_tap.ollama.state import LoadedModel, LocalModel, Shown, go_time, same_model, shown_facts
 from ollama_tap.ollama.state import entries as rows_of
+from ollama_tap.polled import Polled
 
 PsListener = Callable[["dict[str, LoadedModel] | None"], None]
 """Told each /api/ps snapshot (by model key), or None when Ollama stopped answering."""
@@ -71,12 +72,10 @@ class UpstreamPoller:
         self._session = session
         self._owns_session = session is None
         self._up: bool | None = None
-        self._version: str | None = None
-        self._tags: dict[str, LocalModel] = {}
-        self._loaded: dict[str, LoadedModel] | None = None
+        self.polled = Polled(ShownModels(self.m.model_info), self.poke_ps)
+        """What the last reads said: the one place the poller keeps it, and what the
+        per-exchange code asks."""
         self._resident: set[str] = set()
-        self.shown = ShownModels(self.m.model_info)
-        """What /api/show said of each listed model."""
         self._ps_listeners: list[PsListener] = []
         self._tags_lock = asyncio.Lock()
         self._ps_lock = asyncio.Lock()
@@ -119,7 +118,12 @@ class UpstreamPoller:
     @property
     def version(self) -> str | None:
         """Ollama's version per the last /api/version read (None before the first)."""
-        return self._version
+        return self.polled.version
+
+    @property
+    def shown(self) -> ShownModels:
+        """What /api/show said of each listed model."""
+        return self.polled.shown
 
     def context_length(self, model: str | None) -> int | None:
         """The runtime context (num_ctx) of a loaded model per the last /api/ps, else None."""
@@ -127,19 +131,12 @@ class UpstreamPoller:
         return None if entry is None else entry.context_length
 
     def digest_of(self, model: str | None) -> str | None:
-        """The digest of the model a name stands for now (per /api/tags, else /api/ps)."""
-        valid = valid_key(model) if isinstance(model, str) else None
-        if valid is None:
-            return None
-        local = self._tags.get(valid[0])
-        if local is not None and local.digest:
-            return local.digest
-        entry = self.loaded(model)
-        return entry.digest if entry is not None and entry.digest else None
+        """The digest of the model a name stands for now (Polled.digest_of)."""
+        return self.polled.digest_of(model)
 
     def has(self, key: str) -> bool:
         """Whether /api/tags lists the model of this key (model_key), or /api/ps shows it."""
-        return key in self._tags or self.resident(key)
+        return key in self.polled.tags or self.resident(key)
 
     def resident(self, key: str) -> bool:
         """Whether the last /api/ps lists the model of this key, under its name or another
@@ -148,32 +145,26 @@ class UpstreamPoller:
 
     def _note_resident(self) -> None:
         """The keys `resident` answers for, made once per read (the router asks per box)."""
-        loaded = self._loaded or {}
+        loaded = self.polled.ps or {}
         digests = {e.digest for e in loaded.values() if e.digest}
-        self._resident = set(loaded) | {k for k, t in self._tags.items() if t.digest in digests}
+        tags = self.polled.tags
+        self._resident = set(loaded) | {k for k, t in tags.items() if t.digest in digests}
 
     def loaded_keys(self) -> set[str]:
         """The model keys the last /api/ps listed (none while Ollama is down)."""
-        return set(self._loaded or ())
+        return set(self.polled.ps or ())
 
     def on_ps(self, listener: PsListener) -> None:
         """Call `listener` with every /api/ps snapshot, and None when Ollama went down."""
         self._ps_listeners.append(listener)
 
     def standing(self, model: str | None) -> Standing:
-        """What the poller knows of a model beyond /api/ps, in one lookup: its digest (as
-        `digest_of`), its /api/show facts and the version (asked once per exchange:
-        Exchange.standing)."""
-        valid = valid_key(model) if isinstance(model, str) else None
-        local = self._tags.get(valid[0]) if valid is not None else None
-        if valid is None or local is None:
-            return Standing(self.digest_of(model), NO_FACTS, self._version)
-        digest = local.digest or self.digest_of(model)
-        return Standing(digest, self.shown.facts(valid[0], local), self._version)
+        """What the poller knows of a model beyond /api/ps (Polled.standing)."""
+        return self.polled.standing(model)
 
     def runner_key(self, digest: str | None) -> str | None:
         """A digest's runner key (ShownModels.runner_key)."""
-        return self.shown.runner_key(digest)
+        return self.polled.runner_key(digest)
 
     def poke_ps(self, then: Callable[[], None] | None = None) -> None:
         """Read /api/ps soon, e.g. after a load, so utilization uses the new num_ctx; call
@@ -212,14 +203,14 @@ class UpstreamPoller:
                 return
             entries = rows_of(data)
             self.labels.set_known(self._sources[0], (name for name, _ in entries))
-            self._tags = {
+            self.polled.tags = tags = {
                 model_key(name): LocalModel(
                     self.labels.label(name), name, str_or_empty(e.get("digest"))
                 )
                 for name, e in entries
             }
             self._note_resident()
-            await self.shown.update(self._tags, self._show)
+            await self.shown.update(tags, self._show)
 
     async def poll_ps(self) -> None:
         async with self._ps_lock:
@@ -247,7 +238,7 @@ class UpstreamPoller:
                 self.m.context_length.labels(entry.label).set(entry.context_length)
             else:
                 self._remove_gauges(entry.label, self.m.context_length)
-        self._loaded = loaded
+        self.polled.ps = loaded
         self._note_resident()
         self._tell_ps(loaded)
 
@@ -266,9 +257,9 @@ class UpstreamPoller:
         return (self.m.size, self.m.vram, self.m.context_length)
 
     def _forget_loaded(self) -> None:
-        for entry in (self._loaded or {}).values():
+        for entry in (self.polled.ps or {}).values():
             self._remove_gauges(entry.label, *self._model_gauges, self.m.loaded)
-        self._loaded = None
+        self.polled.ps = None
         self._note_resident()
 
     def _forget_model(self, label: str) -> None:
@@ -299,7 +290,7 @@ class UpstreamPoller:
         # A new digest under the same name (pulled again, then used) is the old model
         # unloaded and the new one loaded. Loads are counted, with their cause, by the
         # load tracker (ollama_tap/loads/), which also sees loads that fall between two reads.
-        before = self._loaded
+        before = self.polled.ps
         for key, entry in loaded.items():
             self.m.unloads.labels(entry.label)
             if before is not None and not same_model(before.get(key), entry):
@@ -321,17 +312,8 @@ class UpstreamPoller:
         return shown_facts(data)
 
     def loaded(self, model: str | None) -> LoadedModel | None:
-        """The /api/ps entry of a name, or of another name for the same model: Ollama keys
-        runners by blob, so `llama3.2:3b` runs in the runner /api/ps lists as
-        `llama3.2:latest` when both name one digest."""
-        valid = valid_key(model) if isinstance(model, str) else None
-        if valid is None or self._loaded is None:
-            return None
-        entry = self._loaded.get(valid[0])
-        local = self._tags.get(valid[0])
-        if entry is None and local is not None and local.digest:
-            entry = next((e for e in self._loaded.values() if e.digest == local.digest), None)
-        return entry
+        """The /api/ps entry of a name, or of another of its digest's (Polled.loaded)."""
+        return self.polled.loaded(model)
 
     def _set_up(self, up: bool, detail: str) -> None:
         self.m.up.set(1 if up else 0)
@@ -343,13 +325,14 @@ class UpstreamPoller:
         self._up = up
 
     def _set_version(self, version: str) -> None:
-        if version == self._version:
+        old = self.polled.version
+        if version == old:
             return
-        if self._version is not None:
-            self.m.info.remove(self._version)
-            log.info("upstream_version_changed", old=self._version, new=version)
+        if old is not None:
+            self.m.info.remove(old)
+            log.info("upstream_version_changed", old=old, new=version)
         self.m.info.labels(version).set(1)
-        self._version = version
+        self.polled.version = version
 
     async def _read(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         """One JSON object from the upstream; any failure is counted and raised as PollError."""

@@ -43,9 +43,10 @@ class Boxes:
         for index, spec in enumerate(settings.boxes):
             own = CollectorRegistry(auto_describe=True) if self.named else registry
             poller = UpstreamPoller(settings, own, labels, box=spec)
-            loads = LoadTracker(own, labels, poller)
+            # The analysers ask the poller's state itself, which answers compiled.
+            loads = LoadTracker(own, labels, poller.polled)
             loads.box = spec.name if self.named else ""
-            truncation = TruncationObserver(own, labels, poller, loads.stale_row)
+            truncation = TruncationObserver(own, labels, poller.polled, loads.stale_row)
             poller.on_ps(loads.ps)
             self.boxes.append(Box(spec, index, poller, loads, truncation))
             self.registries.append((spec.name, own))
@@ -112,7 +113,7 @@ class Boxes:
     def digest_of(self, model: str | None) -> str | None:
         # A loop, not next() over a generator: the recorder asks once per exchange.
         for box in self.boxes:
-            if digest := box.poller.digest_of(model):
+            if digest := box.poller.polled.digest_of(model):
                 return digest
         return None
 
