@@ -78,28 +78,32 @@ REFUSALS: Final = (
 """Ollama's and llama-server's refusals of an over-long input (rule T3, docs/diagnoses.md)."""
 
 
-def refused(ex: Exchange) -> Verdict | None:
+def refused(ex: Exchange, c: int | None = None) -> Verdict | None:
     """T3: an error that says the input does not fit, whatever its status: a 400 on most
     routes, a 500 on the legacy /api/embeddings (`routes.go` `EmbeddingsHandler` wraps the
     same text), and a 500 or a mid-stream line of native chat (`llama-server chat error:
     map[…]`). The text is llama-server's raw JSON nested as a string, or an object, or
     Ollama's own sentence: matched on substrings, with the counts taken from the message
-    or the JSON fields when present."""
+    or the JSON fields when present. llama-server's `n_ctx` is its padded slot (512 for a
+    num_ctx of 300): the verdict's context is C when known, as every other rule's, and the
+    explanation names both."""
     text = ex.error_message
     if ex.status is None or not text:
         return None
     if not any(marker in text for marker in REFUSALS):
         return None
-    prompt = context = None
+    prompt = said = None
     if found := (_CONTEXT_SIZE.search(text) or _MLX.search(text)):
-        prompt, context = int(found[1]), int(found[2])
+        prompt, said = int(found[1]), int(found[2])
     fields = dict(_FIELD.findall(text))
     prompt = prompt or _int(fields.get("n_prompt_tokens"))
-    context = context or _int(fields.get("n_ctx"))
+    said = said or _int(fields.get("n_ctx"))
     size = f" ({prompt:,} tokens)" if prompt else ""
-    limit = f" ({context:,})" if context else ""
+    limit = f" ({said:,})" if said else ""
+    if said and c and said != c:
+        limit = f" (num_ctx {c:,}, run in a slot of {said:,})"
     return Verdict(
-        TruncationKind.REFUSED, "T3", context, None, prompt,
+        TruncationKind.REFUSED, "T3", c or said, None, prompt,
         f"Ollama refused the request: the input{size} does not fit the runtime context{limit}; "
         "raise num_ctx or shorten the prompt",
     )  # fmt: skip
@@ -290,7 +294,7 @@ def judge(ex: Exchange, rt: Runtime) -> Verdict | None:
     """The first rule that holds, most certain first: T3, T2, T1, T8, T7, T9."""
     if ex.endpoint not in INFERENCE_ENDPOINTS and ex.endpoint not in EMBEDDING_ENDPOINTS:
         return None
-    if (verdict := refused(ex)) is not None:
+    if (verdict := refused(ex, rt.context)) is not None:
         return verdict
     if (u := _ok(ex)) is None:
         return None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -59,6 +61,24 @@ def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     if proc.returncode != 0:
         pytest.fail(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+_RULE_RUNS: dict[str, Future[subprocess.CompletedProcess[str]]] = {}
+
+
+def rule_runs(workers: int | None = None) -> dict[str, Future[subprocess.CompletedProcess[str]]]:
+    """Every rule-test file's promtool run, by file name, started once per process: the
+    decode files (two days of series, over a minute of CPU each) first, so that the short
+    ones fill in; `workers` at a time (default: as many as there are cores). Serially the
+    suite starts them early on one background thread (tests/support/workers.py), and
+    test_rules.py only waits for them."""
+    if not _RULE_RUNS:
+        pool = ThreadPoolExecutor(workers or os.cpu_count() or 2, thread_name_prefix="promtool")
+        cwd = PROMETHEUS_DIR / "tests"
+        for p in sorted(RULE_TESTS, key=lambda p: not p.stem.startswith("decode")):
+            _RULE_RUNS[p.name] = pool.submit(run, promtool(), "test", "rules", p.name, cwd=cwd)
+        pool.shutdown(wait=False)
+    return _RULE_RUNS
 
 
 def load_yaml(path: Path) -> Any:

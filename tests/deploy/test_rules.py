@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.deploy import stack
 from tests.deploy.stack import (
     PROCESS_SERIES,
     PROMETHEUS_DIR,
@@ -55,17 +54,11 @@ def test_promtool_check_config() -> None:
 
 
 @pytest.fixture(scope="module")
-def rule_runs() -> Iterator[dict[str, Future[Any]]]:
-    """Every file's promtool run, started together, as many at a time as there are cores:
-    each run is one busy thread (the decode files' two-day series take over a minute each),
-    so the suite's one thread would leave the other core idle through them."""
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        cwd = PROMETHEUS_DIR / "tests"
-        # The decode files (two days of series) first, so that the short ones fill in.
-        ordered = sorted(RULE_TESTS, key=lambda p: not p.stem.startswith("decode"))
-        yield {
-            p.name: pool.submit(run, promtool(), "test", "rules", p.name, cwd=cwd) for p in ordered
-        }
+def rule_runs() -> dict[str, Future[Any]]:
+    """Every file's promtool run (stack.rule_runs), started together if the suite has not
+    started them already: each run is one busy thread, so the suite's one thread would leave
+    the other core idle through them."""
+    return stack.rule_runs()
 
 
 @pytest.mark.parametrize("tests", RULE_TESTS, ids=lambda p: p.stem)

@@ -19,11 +19,14 @@ load`); any other `--dist` gets xdist's own.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Final
 
 import pytest
 from xdist.remote import Producer
 from xdist.scheduler import LoadScopeScheduling
+
+from tests.deploy import stack
 
 REAL_INFERENCE: Final = ("tests/engine/", "tests/ollama_real/")
 """The real-inference tiers, as the start of their tests' node ids (relative to the root)."""
@@ -50,3 +53,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> TierSch
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The real-inference tiers first (above); each part keeps its order (a stable sort)."""
     items.sort(key=lambda item: not real_inference(item.nodeid))
+
+
+BACKGROUND: Final = "tests/deploy/test_rules.py"
+"""The module whose promtool runs (stack.rule_runs) a serial suite starts early."""
+_STARTED: Final = pytest.StashKey[bool]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Serially, the promtool runs start with the first test past the real-inference tiers,
+    on one background thread: the suite's one thread leaves a core idle, and those runs are
+    minutes of CPU that test_rules.py would otherwise wait through at the end. Not during
+    the real tiers (their timings are the engine's alone), not in xdist's workers (each
+    collects every test, and only one runs test_rules.py: its fixture starts them there)."""
+    config = item.config
+    if real_inference(item.nodeid) or hasattr(config, "workerinput"):
+        return
+    if config.stash.get(_STARTED, False):
+        return
+    config.stash[_STARTED] = True
+    if any(i.nodeid.startswith(BACKGROUND) for i in item.session.items):
+        # Without promtool, test_rules.py's fixture asks again and skips, saying why.
+        with contextlib.suppress(pytest.skip.Exception):
+            stack.rule_runs(workers=1)
