@@ -102,6 +102,22 @@ def test_t3_parses_the_refusal_whatever_its_shape(message: str) -> None:
     assert (verdict.prompt_tokens, verdict.context) == (7912, 4096)
 
 
+def test_t3_names_c_and_the_padded_slot_it_was_refused_against() -> None:
+    """llama-server's `n_ctx` is its slot, C padded to 256 (seen on v0.30.0: 512 for a
+    num_ctx of 300): the verdict's context is C, as every other rule's, and its text names
+    both; with C unknown, the slot is all there is."""
+    message = INNER.replace("4096", "512")
+    ex = new_exchange("/api/chat", status=400, error_message=message)
+    verdict = judge(ex, Runtime(300, NOW))
+    assert verdict is not None and (verdict.context, verdict.prompt_tokens) == (300, 7912)
+    assert "(num_ctx 300, run in a slot of 512)" in verdict.explanation
+    unknown = judge(ex, Runtime(None, NOW))
+    assert unknown is not None and unknown.context == 512
+    assert "runtime context (512)" in unknown.explanation
+    same = judge(new_exchange("/api/chat", status=400, error_message=INNER), Runtime(4096, NOW))
+    assert same is not None and "runtime context (4,096)" in same.explanation
+
+
 def test_t3_other_refusals_and_non_refusals() -> None:
     for message in (
         "the prompt is longer than the context length currently available to the model; …",
