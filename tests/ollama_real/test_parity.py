@@ -61,9 +61,13 @@ async def test_the_final_object_has_the_real_fields(
         assert shape(faked.json()) == shape(really.json())
 
 
+@BOTH_RELEASES
 async def test_tags_entries_have_the_real_fields(
     fake_ollama: FakeOllama, real_ollama: Ollama
 ) -> None:
+    """v0.30.0 lists `capabilities` and the GGUF's context and embedding lengths; 0.24 does
+    not (the fake follows its version: native.py `LISTED_FACTS`)."""
+    fake_ollama.version = real_ollama.version
     faked, really = await both(fake_ollama, real_ollama, "GET", "/api/tags", None)
     assert shape(faked.json()["models"][0]) == shape(really.json()["models"][0])
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import orjson
 from aiohttp import web
 
-from tests.support.fake_ollama.context import EMBED_ERROR, count, embed_counts, runtime_context
+from tests.support.fake_ollama.context import (
+    EMBED_ERROR,
+    count,
+    embed_counts,
+    parse_version,
+    runtime_context,
+)
 from tests.support.fake_ollama.engine import Engine, Route
 from tests.support.fake_ollama.gojson import epoch_ns, go_json, go_time
 from tests.support.fake_ollama.incoming import json_body
@@ -94,19 +100,39 @@ async def version(fake: Engine, request: web.Request) -> web.StreamResponse:
     return await gin_json(request, {"version": fake.version})
 
 
+LISTED_FACTS: Final = (0, 30, 0)
+"""From v0.30.0 (at the latest) /api/tags comes from a model list cache
+(server/model_list_cache.go `buildModelListSummary`) that adds `details.context_length` and
+`details.embedding_length` (omitempty, from the GGUF) and `capabilities` (omitempty); v0.24.0
+lists neither. The releases between (0.25–0.29) are not on the Go module proxy, so the first
+that has them is not known here: seen on v0.30.0 by the real tier's parity test."""
+
+
+def listed(fake: Engine, m: FakeModel) -> dict[str, Any]:
+    """One /api/tags entry (api.ListModelResponse) as the fake's version writes it."""
+    entry: dict[str, Any] = {
+        "name": m.name,
+        "model": m.name,
+        "modified_at": go_time(epoch_ns(m.modified_at), local=True),
+        "size": m.size,
+        "digest": m.digest,
+        "details": m.details,
+    }
+    if parse_version(fake.version) < LISTED_FACTS:
+        return entry
+    architecture = m.model_info.get("general.architecture", "")
+    lengths = {
+        "context_length": m.model_info.get(f"{architecture}.context_length", 0),
+        "embedding_length": m.model_info.get(f"{architecture}.embedding_length", 0),
+    }
+    entry["details"] = {**m.details, **{k: v for k, v in lengths.items() if v}}
+    if m.capabilities:
+        entry["capabilities"] = m.capabilities
+    return entry
+
+
 async def tags(fake: Engine, request: web.Request) -> web.StreamResponse:
-    entries = [
-        {
-            "name": m.name,
-            "model": m.name,
-            "modified_at": go_time(epoch_ns(m.modified_at), local=True),
-            "size": m.size,
-            "digest": m.digest,
-            "details": m.details,
-        }
-        for m in fake.listed()
-    ]
-    return await gin_json(request, {"models": entries})
+    return await gin_json(request, {"models": [listed(fake, m) for m in fake.listed()]})
 
 
 async def ps(fake: Engine, request: web.Request) -> web.StreamResponse:
