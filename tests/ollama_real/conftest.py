@@ -85,6 +85,19 @@ class Ollama:
         """Whether this release runs llama.cpp's llama-server (0.30.0 on), not the Go runner."""
         return self.version != OLLAMA
 
+    def kept(self, c: int) -> int:
+        """What a prompt cut at context C keeps: C on the Go runner (0.24), C − 1 on v0.30.0
+        (llm/llama_server.go `completionPromptForRequest`: one token of headroom)."""
+        return c - 1 if self.llama_server else c
+
+    async def fresh_slot(self) -> None:
+        """On v0.30.0, a runner with nothing cached: its `prompt_eval_count` is only the
+        tokens llama-server did not find cached (`Timings.PromptN`, until v0.30.1), so a
+        prompt sharing even its BOS with the previous one reports one token less than it
+        kept. The Go runner counts the whole prompt either way."""
+        if self.llama_server:
+            await self.unload_all()
+
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """The `ollama` command line against this server."""
         return subprocess.run(

@@ -62,18 +62,6 @@ async def kept_model(real_ollama: Ollama) -> AsyncIterator[str]:
     real_ollama.cli("rm", KEPT_MODEL)
 
 
-def kept(server: Ollama, c: int) -> int:
-    """What a cut prompt keeps: C on the Go runner, C − 1 on v0.30.0."""
-    return c - 1 if server.llama_server else c
-
-
-async def fresh(server: Ollama) -> None:
-    """On v0.30.0, a runner with nothing cached, so that `prompt_eval_count` is the whole
-    prompt kept; the Go runner counts the whole prompt either way."""
-    if server.llama_server:
-        await server.unload_all()
-
-
 @BOTH_RELEASES
 async def test_a_modelfile_num_keep_does_not_move_the_cut(
     tapped: Proxy, real_ollama: Ollama, kept_model: str
@@ -85,7 +73,7 @@ async def test_a_modelfile_num_keep_does_not_move_the_cut(
     its padded 512-token slot, and T3 says so."""
     poller = tapped.app[POLLER]
     await eventually(lambda: poller.standing(kept_model).facts.num_keep == KEEP, within=60)
-    await fresh(real_ollama)
+    await real_ollama.fresh_slot()
     options = {"num_ctx": C, "num_predict": 4, "temperature": 0}
     chat = {"model": kept_model, "messages": [{"role": "user", "content": LONG}],
             "stream": False, "options": options}  # fmt: skip
@@ -100,10 +88,10 @@ async def test_a_modelfile_num_keep_does_not_move_the_cut(
     else:
         assert reply.json()["prompt_eval_count"] == C
         assert (found["rule"], found["kind"], found["context"]) == ("T1", "prompt_truncated", C)
-    await fresh(real_ollama)
+    await real_ollama.fresh_slot()
     generate = {"model": kept_model, "prompt": LONG, "stream": False, "options": options}
     reply = (await call(tapped.url, "POST", "/api/generate", generate)).json()
-    assert reply["prompt_eval_count"] == kept(real_ollama, C)
+    assert reply["prompt_eval_count"] == real_ollama.kept(C)
     lost = len(reply["context"]) - (reply["prompt_eval_count"] + reply["eval_count"])
     found = (await last_record(tapped, 2))["truncation"]
     assert found is not None and (found["rule"], found["context"]) == ("T2", C)
@@ -128,7 +116,7 @@ async def test_a_reply_past_c_shifts_on_the_go_runner_and_not_in_a_padded_slot(
     """P + E past 300 and under 512: the Go runner shifted its cache, and T7 says so against
     C itself; v0.30.0's llama-server ran it in a 512-token slot, where nothing shifted, and
     the proxy (which pads as llama.cpp does) gives no verdict."""
-    await fresh(real_ollama)
+    await real_ollama.fresh_slot()
     reply = await counting(tapped)
     total = reply["prompt_eval_count"] + reply["eval_count"]
     assert C < total <= 512, reply
@@ -148,7 +136,7 @@ async def test_shift_false_stops_at_the_slot_and_t8_says_so(
     """With `shift: false` the reply stops once prompt and output fill the slot: C on the Go
     runner, C padded to 512 on v0.30.0; T8 says the context, not num_predict, cut it."""
     slot = 512 if real_ollama.llama_server else C
-    await fresh(real_ollama)
+    await real_ollama.fresh_slot()
     reply = await counting(tapped, num_predict=slot, shift=False)
     total = reply["prompt_eval_count"] + reply.get("eval_count", 0)
     assert reply["done_reason"] == "length" and slot - 1 <= total <= slot, reply
@@ -165,7 +153,7 @@ async def test_the_cached_count_is_recorded_as_ollama_reports_it(
     whole prompt again, and the proxy records the cached count as unknown (None), not 0, and
     counts no cached tokens. v0.30.0 sends none either, but its second `prompt_eval_count`
     leaves out the cached front: the same None, and no verdict from the smaller count."""
-    await fresh(real_ollama)
+    await real_ollama.fresh_slot()
     body = {"model": MODEL, "prompt": LONG[:600], "stream": False,
             "options": {"num_predict": 2, "temperature": 0, "seed": 7}}  # fmt: skip
     replies = [(await call(tapped.url, "POST", "/api/generate", body)).json() for _ in range(2)]
@@ -198,13 +186,13 @@ async def test_a_prompt_just_over_c_loses_only_the_overflow_and_t2_counts_it(
     prompt = " ".join(f"item{i}" for i in range(150))
     options = {"num_ctx": 1024, "num_predict": 1, "temperature": 0}
     body: dict[str, Any] = {"model": MODEL, "prompt": prompt, "stream": False, "options": options}
-    await fresh(real_ollama)
+    await real_ollama.fresh_slot()
     whole = (await call(tapped.url, "POST", "/api/generate", body)).json()["prompt_eval_count"]
     c = whole - 20
     options["num_ctx"] = c
-    await fresh(real_ollama)
+    await real_ollama.fresh_slot()
     reply = (await call(tapped.url, "POST", "/api/generate", body)).json()
-    assert reply["prompt_eval_count"] == kept(real_ollama, c)
+    assert reply["prompt_eval_count"] == real_ollama.kept(c)
     lost = len(reply["context"]) - (reply["prompt_eval_count"] + reply["eval_count"])
     assert 2 <= lost <= c // 4, reply
     found = (await last_record(tapped, 2))["truncation"]

@@ -40,37 +40,23 @@ async def verdict(proxy: Proxy) -> dict[str, Any] | None:
     return found
 
 
-def kept(server: Ollama) -> int:
-    """What a cut prompt keeps: C on the Go runner (0.24), C − 1 on v0.30.0."""
-    return C - 1 if server.llama_server else C
-
-
-async def fresh_slot(server: Ollama) -> None:
-    """On v0.30.0, a runner whose cache holds nothing yet: its `prompt_eval_count` is only
-    the tokens llama-server did not find cached (`Timings.PromptN`, until v0.30.1), so a
-    prompt sharing even its BOS with the previous one reports one token less than it kept.
-    The Go runner counts the whole prompt either way."""
-    if server.llama_server:
-        await server.unload_all()
-
-
 @BOTH_RELEASES
 async def test_a_generate_prompt_over_c_loses_its_front_and_t2_counts_it(
     tapped: Proxy, real_ollama: Ollama
 ) -> None:
-    await fresh_slot(real_ollama)
+    await real_ollama.fresh_slot()
     body = {
         "model": MODEL, "prompt": LONG, "stream": False,
         "options": {"num_ctx": C, "num_predict": 4, "temperature": 0},
     }  # fmt: skip
     reply = (await call(tapped.url, "POST", "/api/generate", body)).json()
-    assert reply["prompt_eval_count"] == kept(real_ollama)
+    assert reply["prompt_eval_count"] == real_ollama.kept(C)
     lost = len(reply["context"]) - (reply["prompt_eval_count"] + reply["eval_count"])
     assert lost > C // 4
     found = await verdict(tapped)
     assert found is not None
     assert (found["rule"], found["kind"], found["context"]) == ("T2", "prompt_truncated", C)
-    assert found["tokens_lost"] == lost and found["prompt_tokens"] == kept(real_ollama)
+    assert found["tokens_lost"] == lost and found["prompt_tokens"] == real_ollama.kept(C)
 
 
 @BOTH_RELEASES
@@ -82,7 +68,7 @@ async def test_a_chat_prompt_over_c_is_cut_or_refused_and_the_verdict_says_which
     token cut, made on completion prompts only, never runs: llama-server refuses the whole
     prompt, and Ollama answers 400 with llama-server's JSON error body as its `error` string
     (streamed or not; T3, with the count llama-server gives)."""
-    await fresh_slot(real_ollama)
+    await real_ollama.fresh_slot()
     body = {
         "model": MODEL, "messages": [{"role": "user", "content": LONG}], "stream": False,
         "options": {"num_ctx": C, "num_predict": 4, "temperature": 0},
@@ -112,7 +98,7 @@ async def test_a_repeated_prompt_that_fits_gets_no_verdict(
     v0.30.0 the second finds its front in llama-server's cache and reports only the rest as
     `prompt_eval_count`, while its `context` still holds the whole prompt: a gap T2 read as
     a cut until the rule learnt that v0.30.0's count leaves the cache out."""
-    await fresh_slot(real_ollama)
+    await real_ollama.fresh_slot()
     prompt = " ".join(f"item{i}" for i in range(60))
     body = {
         "model": MODEL, "prompt": prompt, "stream": False,
