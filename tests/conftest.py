@@ -104,10 +104,14 @@ def _no_collection_pauses() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test sees the developer's OLLAMA_HOST, OLLAMA_TAP_* or data directory."""
+    """No test sees the developer's OLLAMA_HOST, OLLAMA_TAP_* or data directory, nor a
+    terminal size: pytest-xdist's workers inherit COLUMNS=80 and LINES=24 from execnet, a
+    serial run none, and the CLI's tables fit COLUMNS (a test wanting one sets it)."""
     for name in list(os.environ):
         if name.startswith("OLLAMA_TAP_") or name in {"OLLAMA_HOST", "OLLAMA_API_KEY"}:
             monkeypatch.delenv(name)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -17,6 +20,7 @@ from typing import Any, Final
 import pytest
 import yaml
 
+from tests.support.provisioning import cache_root
 from tests.support.system_tools import find_tool, unpacked_root
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,20 +67,56 @@ def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-_RULE_RUNS: dict[str, Future[subprocess.CompletedProcess[str]]] = {}
+RULES_PASSED: Final = cache_root() / "rule-tests-passed"
+"""One stamp per rule-test file promtool passed, named by the hash of everything its outcome
+depends on (the rule file, the test file, promtool itself): promtool's evaluation is
+deterministic, so a file is run again only when one of those changed, as the install tests
+are (the Makefile's PACKAGING_STAMP). Outside the clone, so a fresh machine (CI) runs them
+all; OLLAMA_TAP_RULE_TESTS=fresh runs them anyway (read at import: the suite's isolation
+fixture clears OLLAMA_TAP_* per test)."""
+FRESH: Final = os.environ.get("OLLAMA_TAP_RULE_TESTS") == "fresh"
+
+RuleRun = Future[subprocess.CompletedProcess[str] | Path]
+"""A file's promtool run, or the stamp of the pass that spares it one."""
+_RULE_RUNS: dict[str, RuleRun] = {}
 
 
-def rule_runs(workers: int | None = None) -> dict[str, Future[subprocess.CompletedProcess[str]]]:
-    """Every rule-test file's promtool run, by file name, started once per process: the
-    decode files (two days of series, over a minute of CPU each) first, so that the short
-    ones fill in; `workers` at a time (default: as many as there are cores). Serially the
-    suite starts them early on one background thread (tests/support/workers.py), and
-    test_rules.py only waits for them."""
+@functools.cache
+def _digest(path: Path) -> bytes:
+    return hashlib.sha256(path.read_bytes()).digest()
+
+
+def rule_stamp(tests: Path, tool: str) -> Path:
+    """The stamp a pass of `tests` with these rules and this promtool leaves."""
+    key = hashlib.sha256(b"".join(_digest(p) for p in (RULES, tests, Path(tool))))
+    return RULES_PASSED / key.hexdigest()[:32]
+
+
+def _test_rules(tool: str, tests: Path) -> subprocess.CompletedProcess[str]:
+    done = run(tool, "test", "rules", tests.name, cwd=tests.parent)  # fails the test if red
+    with contextlib.suppress(OSError):  # an unwritable cache costs a rerun, nothing else
+        RULES_PASSED.mkdir(parents=True, exist_ok=True)
+        rule_stamp(tests, tool).touch()
+    return done
+
+
+def rule_runs(workers: int | None = None) -> dict[str, RuleRun]:
+    """Every rule-test file's promtool run, by file name, started once per process (those
+    stamped, RULES_PASSED, not at all): the decode files (two days of series, over a minute
+    of CPU each) first, so that the short ones fill in; `workers` at a time (default: as
+    many as there are cores). Serially the suite starts them early on one background thread
+    (tests/support/workers.py), and test_rules.py only waits for them."""
     if not _RULE_RUNS:
+        tool = promtool()
         pool = ThreadPoolExecutor(workers or os.cpu_count() or 2, thread_name_prefix="promtool")
-        cwd = PROMETHEUS_DIR / "tests"
         for p in sorted(RULE_TESTS, key=lambda p: not p.stem.startswith("decode")):
-            _RULE_RUNS[p.name] = pool.submit(run, promtool(), "test", "rules", p.name, cwd=cwd)
+            stamp = rule_stamp(p, tool)
+            if stamp.exists() and not FRESH:
+                passed: RuleRun = Future()
+                passed.set_result(stamp)
+                _RULE_RUNS[p.name] = passed
+            else:
+                _RULE_RUNS[p.name] = pool.submit(_test_rules, tool, p)
         pool.shutdown(wait=False)
     return _RULE_RUNS
 
@@ -205,6 +245,28 @@ def recording_rules() -> set[str]:
 
 def alert_rules() -> list[dict[str, Any]]:
     return [r for g in load_yaml(RULES)["groups"] for r in g["rules"] if "alert" in r]
+
+
+def rules_for(*alerts: str) -> dict[str, Any]:
+    """The rule file cut to `alerts` and the recording rules their expressions read, however
+    deep: what a generated rule test of those alerts evaluates, without the other rules
+    promtool would evaluate at every one of its steps (two days of them cost minutes)."""
+    doc = load_yaml(RULES)
+    records = {r["record"]: r for g in doc["groups"] for r in g["rules"] if "record" in r}
+    needed: set[str] = set()
+    reading = [r for g in doc["groups"] for r in g["rules"] if r.get("alert") in alerts]
+    if len(reading) != len(alerts):
+        raise AssertionError(f"not all of {alerts} are alerts of {RULES.name}")
+    while reading:
+        for name in metric_names(reading.pop()["expr"]) & records.keys() - needed:
+            needed.add(name)
+            reading.append(records[name])
+    groups = []
+    for group in doc["groups"]:
+        rules = [r for r in group["rules"] if r.get("alert") in alerts or r.get("record") in needed]
+        if rules:
+            groups.append({**group, "rules": rules})
+    return {"groups": groups}
 
 
 def exported(series: str, families: set[str]) -> bool:

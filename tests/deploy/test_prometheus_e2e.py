@@ -39,6 +39,7 @@ from tests.deploy.stack import (
     promtool,
     queries,
     recording_rules,
+    rules_for,
     run,
     substitute,
     tool,
@@ -325,6 +326,7 @@ async def test_decode_slowdown_fires_on_the_scraped_series(
 
     labels = {k: series[0]["metric"] for k, series in slow.items()}
     test_file = slowdown_rule_test(labels, per_reply)
+    (tmp_path / "decode.rules.yml").write_text(yaml.safe_dump(rules_for("DecodeSlowdown")))
     (tmp_path / "slowdown.test.yml").write_text(yaml.safe_dump(test_file, sort_keys=False))
     run(promtool(), "test", "rules", "slowdown.test.yml", cwd=tmp_path)
 
@@ -372,7 +374,7 @@ def slowdown_rule_test(
         f'ctx="{tokens["ctx"]}"}}'
     )
     return {
-        "rule_files": [str(RULES)],
+        "rule_files": ["decode.rules.yml"],
         "evaluation_interval": "1m",
         "tests": [
             case("the scraped slowdown pages", "slow", [{"labels": alert, "value": 1}]),

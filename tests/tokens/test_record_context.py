@@ -14,7 +14,7 @@ import orjson
 import pytest
 from blockbuster import blockbuster_ctx
 
-from ollama_tap.app import POLLER
+from ollama_tap.app import LOADS, POLLER
 from ollama_tap.cli import main
 from ollama_tap.tokens.gguf import read_metadata
 from tests.conftest import MakeProxy, Proxy
@@ -22,6 +22,7 @@ from tests.support.fake_ollama import FakeOllama
 from tests.support.records import AUTH, records
 from tests.support.serve_process import free_port
 from tests.support.vocab_vectors import vocab_cases
+from tests.support.waiting import eventually
 
 MODEL = "llama3.2:latest"
 Vectors = tuple[str, list[int]]
@@ -53,9 +54,12 @@ async def start(proxy_factory: MakeProxy, fake_ollama: FakeOllama, **settings: A
 
 
 async def generated(proxy_factory: MakeProxy, fake_ollama: FakeOllama, **settings: Any) -> Proxy:
-    """A proxy that has recorded one plain generate, whose reply carries the context ids."""
+    """A proxy that has recorded one plain generate, whose reply carries the context ids,
+    and reported its load: the load tracker logs it from its next /api/ps read, which would
+    otherwise land in the middle of a CLI run's captured output."""
     proxy = await start(proxy_factory, fake_ollama, **settings)
     await ollama.AsyncClient(host=proxy.url).generate("llama3.2", "hi")
+    await eventually(lambda: proxy.app[LOADS].recent())
     return proxy
 
 
