@@ -13,7 +13,10 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final
@@ -206,11 +209,15 @@ async def _drain(stream: asyncio.StreamReader, log: list[str]) -> None:
 
 @contextlib.asynccontextmanager
 async def chromium(binary: str, profile: Path) -> AsyncIterator[Page]:
-    """A headless Chromium with a fresh profile, and its one tab as a `Page`."""
+    """A headless Chromium with a fresh profile, and its one tab as a `Page`. Its temporary
+    folder is its own, removed after it: the folder of its singleton socket
+    (org.chromium.Chromium.*) outlives a terminated browser, and left in /tmp one a run
+    would pile up. Short, in /tmp: a socket's path must fit in 108 bytes."""
+    scratch = tempfile.mkdtemp(prefix="tap-chromium-")
     proc = await asyncio.create_subprocess_exec(
         binary, *FLAGS, f"--user-data-dir={profile}", "about:blank",
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "TMPDIR": scratch},
     )  # fmt: skip
     log: list[str] = []
     drain: asyncio.Task[None] | None = None
@@ -237,5 +244,6 @@ async def chromium(binary: str, profile: Path) -> AsyncIterator[Page]:
             except TimeoutError:
                 proc.kill()
                 await proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
         if drain is not None:
             drain.cancel()
